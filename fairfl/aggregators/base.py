@@ -1,0 +1,59 @@
+"""The aggregator interface.
+
+An aggregator is the server's rule for turning the sampled clients' reports into one
+direction d; the round loop then steps w ← w − ηₜ·d. Like an Optax transformation it is a pair
+of functions with explicit state and no hidden globals:
+
+* ``init(num_params, num_clients) -> state`` — a dict of tensors / numbers (saved in
+  checkpoints; FedFV keeps its gradient history here, AFL its λ);
+* ``aggregate(reports, state, round) -> Aggregate(direction, state, info)``.
+
+``requires`` names what the clients must report beyond their updates (``"loss_before"`` for
+q-FedAvg, FedFV and AFL; extra client outputs such as DQN-Fed's ``dₖ`` arrive in
+``reports.extras``), so that the loop computes only what is used. Algorithms whose clients do
+something special (FedProx's proximal term, DQN-Fed's BFGS, FMOL's per-objective steps) say so
+through :class:`~fairfl.algorithms.Algorithm`, not through special cases in the loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from ..local import ClientUpdates
+
+State = dict[str, Any]
+
+
+@dataclass
+class Aggregate:
+    direction: torch.Tensor                       # (d,) the server steps w ← w − ηₜ·direction
+    state: State
+    info: dict[str, float] = field(default_factory=dict)   # scalars logged per round
+    weights: torch.Tensor | None = None           # (m,) the λ used, when the rule has one
+
+
+class Aggregator:
+    """Base class: subclasses set ``name`` and implement :meth:`aggregate`."""
+
+    name: ClassVar[str] = "aggregator"
+    requires: ClassVar[frozenset[str]] = frozenset()
+
+    def init(self, num_params: int, num_clients: int) -> State:
+        return {}
+
+    def aggregate(self, reports: ClientUpdates, state: State, round_: int) -> Aggregate:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({fields})"
+
+
+def normalise_rows(g: torch.Tensor, eps: float = 1e-12) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unit-normalise each row; a zero row stays zero instead of becoming NaN (the FedMGDA+
+    code's unguarded division; REPRODUCTION.md, known traps). Returns (rows, norms)."""
+    norms = g.norm(dim=1)
+    scale = torch.where(norms > eps, 1.0 / norms.clamp_min(eps), torch.zeros_like(norms))
+    return g * scale.unsqueeze(1), norms

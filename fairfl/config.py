@@ -1,0 +1,132 @@
+"""One experiment = one frozen, validated :class:`ExperimentConfig`. Its hash names its cache
+folder, so a notebook re-plots without retraining and a changed setting never reuses a stale
+result."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .algorithms import make_algorithm
+from .datasets import check_dataset_name
+from .errors import ConfigError
+from .local import LocalTraining
+from .models import check_model_name
+from .partition import PartitionSpec
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    dataset: str = "fashion_mnist"
+    dataset_options: Mapping[str, Any] = field(default_factory=dict)
+    partition: PartitionSpec = PartitionSpec()
+    model: str = "cnn_fmnist"
+    model_options: Mapping[str, Any] = field(default_factory=dict)
+    algorithm: str = "fedavg"
+    algorithm_options: Mapping[str, Any] = field(default_factory=dict)
+    local: LocalTraining = LocalTraining()
+    rounds: int = 100
+    participation: float = 0.1          # p: share of clients sampled per round
+    clients_per_round: int | None = None  # overrides participation when set
+    server_lr: float = 1.0              # η of the server step w ← w − ηₜ·d
+    decay: float = 1.0                  # FedMGDA+ §6.1.5: ηₜ = η·β^⌊t/100⌋, β = decay^(100/T)
+    eval_every: int = 10
+    seed: int = 0                       # training seed (the partition has its own)
+    batched: bool = True                # train a round's clients together (False: reference loop)
+    track_improved: bool = True         # share of participants whose loss did not increase
+    checkpoint_every: int = 50
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> "ExperimentConfig":
+        """Check every parameter before any data is loaded; raise one ConfigError naming the
+        problem. Returns self, so ``cfg = ExperimentConfig(...).validate()`` reads well."""
+        check_dataset_name(self.dataset)
+        check_model_name(self.model)
+        make_algorithm(self.algorithm, **dict(self.algorithm_options))
+        self.partition.validate()
+        self.local.validate()
+        if not isinstance(self.rounds, int) or self.rounds < 1:
+            raise ConfigError(f"rounds must be a positive integer, got {self.rounds!r}")
+        if not (0 < self.participation <= 1):
+            raise ConfigError(f"participation p must be in (0, 1], got {self.participation}")
+        if self.clients_per_round is not None:
+            if self.clients_per_round < 1:
+                raise ConfigError(f"clients_per_round must be >= 1, got {self.clients_per_round}")
+            if self.clients_per_round > self.partition.num_clients:
+                raise ConfigError(f"clients_per_round={self.clients_per_round} is more than the "
+                                  f"{self.partition.num_clients} clients of the partition")
+        if not self.server_lr > 0:
+            raise ConfigError(f"server_lr must be > 0, got {self.server_lr}")
+        if not (0 < self.decay <= 1):
+            raise ConfigError(f"decay must be in (0, 1] (1 = no decay), got {self.decay}")
+        if self.eval_every < 1 or self.checkpoint_every < 1:
+            raise ConfigError("eval_every and checkpoint_every must be >= 1")
+        return self
+
+    @property
+    def num_sampled(self) -> int:
+        """Clients per round: ``clients_per_round`` or max(1, round(p·N))."""
+        if self.clients_per_round is not None:
+            return self.clients_per_round
+        return max(1, math.floor(self.participation * self.partition.num_clients + 0.5))
+
+    def server_lr_at(self, t: int) -> float:
+        """FedMGDA+ §6.1.5: ηₜ = η·β^⌊t/100⌋ with β = decay^(100/T)."""
+        beta = self.decay ** (100.0 / self.rounds)
+        return self.server_lr * beta ** (t // 100)
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ExperimentConfig":
+        d = dict(d)
+        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown config keys: {', '.join(sorted(unknown))}")
+        if isinstance(d.get("partition"), Mapping):
+            d["partition"] = _build(PartitionSpec, d["partition"], "partition")
+        if isinstance(d.get("local"), Mapping):
+            d["local"] = _build(LocalTraining, d["local"], "local")
+        return cls(**d)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "ExperimentConfig":
+        import yaml
+        with open(path) as f:
+            return cls.from_dict(yaml.safe_load(f) or {})
+
+    def replace(self, **changes) -> "ExperimentConfig":
+        return dataclasses.replace(self, **changes)
+
+    def key(self) -> str:
+        """A stable hash of every setting (the cache folder's name)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def label(self) -> str:
+        opts = ",".join(f"{k}={v}" for k, v in sorted(self.algorithm_options.items()))
+        return f"{self.algorithm}({opts}) seed={self.seed}" if opts else f"{self.algorithm} seed={self.seed}"
+
+
+def _build(cls, d: Mapping[str, Any], where: str):
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(d) - names
+    if unknown:
+        raise ConfigError(f"unknown {where} keys: {', '.join(sorted(unknown))}")
+    d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+    return cls(**d)
+
+
+def _plain(x):
+    """JSON-ready: tuples -> lists, mappings -> dicts (for a hash that is stable)."""
+    if isinstance(x, Mapping):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x

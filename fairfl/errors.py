@@ -1,0 +1,21 @@
+"""Named errors, so that a notebook or a sweep fails with one message that says what is wrong."""
+
+
+class FairFLError(Exception):
+    """Base class of every error fairfl raises on purpose."""
+
+
+class ConfigError(FairFLError, ValueError):
+    """A parameter has a value that is not allowed; raised before any training starts."""
+
+
+class DatasetNotFoundError(FairFLError, FileNotFoundError):
+    """A dataset is neither in the data root, nor in a known offline copy, nor downloadable."""
+
+
+class TrainingDivergedError(FairFLError, FloatingPointError):
+    """A client's loss or update became NaN/Inf; the run stops and the last checkpoint is kept."""
+
+
+class RunFailedError(FairFLError, RuntimeError):
+    """One or more runs of a sweep failed; the others are kept in the cache."""

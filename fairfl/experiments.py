@@ -1,0 +1,151 @@
+"""Run experiments with an on-disk cache, one or many at once.
+
+``run(config)`` returns the cached :class:`History` when ``results/<config.key()>/`` holds a
+finished run, resumes from its checkpoint when it holds an interrupted one, and trains
+otherwise. ``run_many(configs)`` sends the runs that are not cached to a backend — a pool of
+worker processes by default — and returns every History in the order given, reporting the
+failures of single runs without losing the others.
+
+A backend is anything with ``submit_all(fn, items) -> iterator of (index, result or
+exception)``; :class:`SerialBackend` and :class:`ProcessBackend` are here, and a distributed
+one (e.g. Ray: one ``ray.remote`` task per item, yielded with ``ray.wait``) plugs in the same
+way without touching the notebooks, since the workers share nothing but the cache folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
+
+from .config import ExperimentConfig
+from .errors import RunFailedError
+from .paths import results_root
+from .simulation import CHECKPOINT, History, atomic_write, simulate
+
+try:
+    from tqdm.auto import tqdm
+except ImportError:  # pragma: no cover
+    tqdm = None
+
+
+def run_dir(config: ExperimentConfig, root: Path | None = None) -> Path:
+    return Path(root or results_root()) / config.key()
+
+
+def is_cached(config: ExperimentConfig, root: Path | None = None) -> bool:
+    d = run_dir(config, root)
+    return (d / "history.json").is_file() and (d / "history.npz").is_file()
+
+
+def run(config: ExperimentConfig, cache: bool = True, root: Path | None = None,
+        progress: bool = True) -> History:
+    """One experiment, cached by the hash of its full config."""
+    config.validate()
+    if not cache:
+        return simulate(config, progress=progress)
+    d = run_dir(config, root)
+    if is_cached(config, root):
+        return History.load(d)
+    d.mkdir(parents=True, exist_ok=True)
+    atomic_write(d / "config.json", lambda p: Path(p).write_text(json.dumps(config.to_dict(), indent=1)))
+    history = simulate(config, checkpoint_dir=d, progress=progress)
+    history.save(d)
+    (d / CHECKPOINT).unlink(missing_ok=True)  # the finished history replaces it
+    return history
+
+
+# ----------------------------------------------------------------------------- backends
+
+class Backend(Protocol):
+    def submit_all(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        """Run ``fn`` on every item; yield (index, result) as they finish, where a result that
+        is an exception means that item failed."""
+
+
+class SerialBackend:
+    """In this process, one after another (debugging, or a single core)."""
+
+    def submit_all(self, fn, items):
+        for i, item in enumerate(items):
+            try:
+                yield i, fn(item)
+            except Exception as e:  # noqa: BLE001 - reported per run
+                yield i, _Failure(e, traceback.format_exc())
+
+
+def _init_worker(threads: int) -> None:
+    import torch
+    torch.set_num_threads(threads)
+    torch.set_num_interop_threads(1)
+
+
+class ProcessBackend:
+    """A pool of worker processes, each with ``threads`` torch threads. On a small machine
+    several one-thread workers beat one multi-threaded process: the convolutions of a federated
+    round are too small to keep several threads busy (see benchmarks/round_speed.py)."""
+
+    def __init__(self, workers: int | None = None, threads: int = 1):
+        self.workers = workers or max(1, (os.cpu_count() or 1) // threads)
+        self.threads = threads
+
+    def submit_all(self, fn, items):
+        import multiprocessing as mp
+        ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock
+        with ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker,
+                                 initargs=(self.threads,)) as pool:
+            futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+            for f in as_completed(futures):
+                try:
+                    yield futures[f], f.result()
+                except Exception as e:  # noqa: BLE001 - reported per run
+                    yield futures[f], _Failure(e, getattr(e, "__traceback_text__", traceback.format_exc()))
+
+
+@dataclass
+class _Failure:
+    error: BaseException
+    traceback: str
+
+
+def _worker_run(args: tuple[dict, str | None]) -> str:
+    """Runs in a worker: train (or resume) one config into the cache; return its key."""
+    cfg_dict, root = args
+    config = ExperimentConfig.from_dict(cfg_dict)
+    run(config, root=Path(root) if root else None, progress=False)
+    return config.key()
+
+
+def default_backend() -> Backend:
+    return ProcessBackend() if (os.cpu_count() or 1) > 1 else SerialBackend()
+
+
+def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None,
+             root: Path | None = None, progress: bool = True, raise_on_failure: bool = True,
+             ) -> list[History | None]:
+    """Run many configs (validated first, all of them, before any training), each once even if
+    listed twice. Returns their histories in the given order. If some fail, the others are kept
+    in the cache, and a RunFailedError lists the failures (or, with
+    ``raise_on_failure=False``, their places hold None)."""
+    configs = [c.validate() for c in configs]
+    todo = list({c.key(): c for c in configs if not is_cached(c, root)}.values())
+    failures: dict[str, str] = {}
+    if todo:
+        backend = backend or (SerialBackend() if len(todo) == 1 else default_backend())
+        bar = tqdm(total=len(todo), desc="runs", disable=not progress) if tqdm else None
+        items = [(c.to_dict(), str(root) if root else None) for c in todo]
+        for i, result in backend.submit_all(_worker_run, items):
+            if isinstance(result, _Failure):
+                failures[todo[i].key()] = f"{todo[i].label()}: {type(result.error).__name__}: {result.error}"
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+    out = [None if c.key() in failures else History.load(run_dir(c, root)) for c in configs]
+    if failures and raise_on_failure:
+        raise RunFailedError(f"{len(failures)} of {len(todo)} runs failed (the others are cached):\n  " +
+                             "\n  ".join(failures.values()))
+    return out

@@ -1,0 +1,91 @@
+"""Fairness metrics of a vector of per-client values (usually test accuracies).
+
+Definitions (REPRODUCTION.md, "Metrics"): the standard deviation has ddof = 0; worst / best
+x% is the mean of the ⌊x·N⌋ lowest / highest clients (FedFV, q-FFL) — at least one client;
+percentiles are numpy's linear interpolation (what FedMGDA+'s plotting code reported as the
+5th / 95th percentile); the improved share counts ties as improved (FedMGDA+ footnote 6,
+DQN-Fed eq. 29).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _vec(a) -> np.ndarray:
+    a = np.asarray(a, dtype=np.float64).ravel()
+    if a.size == 0:
+        raise ValueError("metric of an empty vector")
+    return a
+
+
+def mean(a) -> float:
+    return float(_vec(a).mean())
+
+
+def std(a) -> float:
+    """Population standard deviation (ddof = 0)."""
+    return float(_vec(a).std(ddof=0))
+
+
+def _k(n: int, fraction: float) -> int:
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    return max(1, math.floor(fraction * n + 1e-9))
+
+
+def worst(a, fraction: float = 0.1) -> float:
+    """Mean of the ⌊fraction·N⌋ lowest values (at least one)."""
+    v = np.sort(_vec(a))
+    return float(v[: _k(v.size, fraction)].mean())
+
+
+def best(a, fraction: float = 0.1) -> float:
+    """Mean of the ⌊fraction·N⌋ highest values (at least one)."""
+    v = np.sort(_vec(a))
+    return float(v[-_k(v.size, fraction):].mean())
+
+
+def percentile(a, q: float) -> float:
+    return float(np.percentile(_vec(a), q))
+
+
+def angle_to_uniform(a) -> float:
+    """Angle in degrees between the vector and the all-ones vector (DQN-Fed Table 5);
+    0 means every client has the same value. A zero vector has angle 0 by convention."""
+    v = _vec(a)
+    norm = np.linalg.norm(v)
+    if norm == 0:
+        return 0.0
+    cos = np.clip(v.sum() / (norm * math.sqrt(v.size)), -1.0, 1.0)
+    return float(np.degrees(np.arccos(cos)))
+
+
+def kl_to_uniform(a) -> float:
+    """KL(â ‖ uniform) with â = a / Σa (DQN-Fed Table 5); values must be non-negative."""
+    v = _vec(a)
+    if (v < 0).any():
+        raise ValueError("KL to uniform needs non-negative values")
+    s = v.sum()
+    if s == 0:
+        return 0.0
+    p = v / s
+    nz = p > 0
+    return float(np.sum(p[nz] * np.log(p[nz] * v.size)))
+
+
+def improved_share(loss_before, loss_after) -> float:
+    """Share of participants whose training loss did not increase after the server update
+    (ties count as improved)."""
+    b, a = _vec(loss_before), _vec(loss_after)
+    if b.shape != a.shape:
+        raise ValueError("loss_before and loss_after differ in length")
+    return float(np.mean(a <= b))
+
+
+def summary(acc, fraction: float = 0.1) -> dict[str, float]:
+    """The usual table row for a vector of per-client accuracies."""
+    return {"mean": mean(acc), "std": std(acc), f"worst{int(fraction * 100)}%": worst(acc, fraction),
+            f"best{int(fraction * 100)}%": best(acc, fraction), "p5": percentile(acc, 5),
+            "p95": percentile(acc, 95), "angle": angle_to_uniform(acc), "kl": kl_to_uniform(acc)}

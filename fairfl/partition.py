@@ -1,0 +1,222 @@
+"""Federated partitions of a dataset, and per-client train / val / test splits.
+
+Every partitioner is a pure function of the labels (or attributes) and an explicit
+``numpy.random.Generator``; :func:`federate` seeds it from the partition's own seed, so one
+seed gives one partition whatever the training seed is (REPRODUCTION.md, known traps).
+A partition is a list of index arrays into the training set, one per client, disjoint.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .datasets import ArrayDataset
+from .errors import ConfigError
+
+
+# ----------------------------------------------------------------------------- partitioners
+
+def iid(num_samples: int, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffle, then deal into ``num_clients`` parts whose sizes differ by at most one."""
+    _check_clients(num_clients, num_samples)
+    return [np.sort(p) for p in np.array_split(rng.permutation(num_samples), num_clients)]
+
+
+def label_shards(labels: np.ndarray, num_clients: int, shards_per_client: int,
+                 rng: np.random.Generator) -> list[np.ndarray]:
+    """McMahan et al. (2017): sort by label, cut into ``num_clients * shards_per_client`` equal
+    shards, give each client ``shards_per_client`` shards at random. The number of shards must
+    divide the data, so every client gets the same number of samples."""
+    labels = np.asarray(labels)
+    num_shards = num_clients * shards_per_client
+    if shards_per_client < 1:
+        raise ConfigError(f"shards_per_client must be >= 1, got {shards_per_client}")
+    _check_clients(num_clients, len(labels))
+    if len(labels) % num_shards:
+        raise ConfigError(
+            f"{num_shards} shards ({num_clients} clients x {shards_per_client}) do not divide "
+            f"{len(labels)} samples; choose numbers whose product divides the data")
+    # Stable sort by label with ties broken at random, so a shard's samples are not the file order.
+    order = rng.permutation(len(labels))
+    order = order[np.argsort(labels[order], kind="stable")]
+    shards = order.reshape(num_shards, -1)
+    assignment = rng.permutation(num_shards).reshape(num_clients, shards_per_client)
+    return [np.sort(shards[a].ravel()) for a in assignment]
+
+
+def dirichlet(labels: np.ndarray, num_clients: int, beta: float, rng: np.random.Generator,
+              min_size: int = 1, max_tries: int = 1000) -> list[np.ndarray]:
+    """Per class, split its samples among clients in proportions drawn from Dirichlet(beta)
+    (Hsu et al. 2019). Redrawn until every client holds at least ``min_size`` samples."""
+    labels = np.asarray(labels)
+    if not beta > 0:
+        raise ConfigError(f"Dirichlet beta must be > 0, got {beta}")
+    _check_clients(num_clients, len(labels))
+    for _ in range(max_tries):
+        parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+        for c in np.unique(labels):
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            cuts = (np.cumsum(rng.dirichlet(np.full(num_clients, beta)))[:-1] * len(idx)).astype(int)
+            for k, chunk in enumerate(np.split(idx, cuts)):
+                parts[k].append(chunk)
+        out = [np.sort(np.concatenate(p)) for p in parts]
+        if min(len(p) for p in out) >= min_size:
+            return out
+    raise ConfigError(f"Dirichlet(beta={beta}) left a client with < {min_size} samples "
+                      f"in {max_tries} draws; raise beta or lower min_size")
+
+
+def one_class_per_client(labels: np.ndarray, classes: Sequence[int]) -> list[np.ndarray]:
+    """Client k holds every sample of class ``classes[k]`` (q-FFL / FedFV's three-client
+    Fashion-MNIST setting: T-shirt (0), pullover (2), shirt (6))."""
+    labels = np.asarray(labels)
+    if len(set(classes)) != len(classes):
+        raise ConfigError(f"classes must be distinct, got {list(classes)}")
+    out = [np.flatnonzero(labels == c) for c in classes]
+    for c, p in zip(classes, out):
+        if len(p) == 0:
+            raise ConfigError(f"class {c} has no samples")
+    return out
+
+
+def by_attribute(groups: np.ndarray, values: Sequence[int]) -> list[np.ndarray]:
+    """Client k holds the samples whose attribute equals ``values[k]`` (Adult: phd / non-phd)."""
+    groups = np.asarray(groups)
+    out = [np.flatnonzero(groups == v) for v in values]
+    for v, p in zip(values, out):
+        if len(p) == 0:
+            raise ConfigError(f"attribute value {v} has no samples")
+    return out
+
+
+def _check_clients(num_clients: int, num_samples: int) -> None:
+    if num_clients < 1:
+        raise ConfigError(f"num_clients must be >= 1, got {num_clients}")
+    if num_clients > num_samples:
+        raise ConfigError(f"{num_clients} clients for only {num_samples} samples")
+
+
+# ----------------------------------------------------------------------------- splits
+
+def split_client(indices: np.ndarray, fractions: Sequence[float],
+                 rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffle one client's indices, then cut them by ``fractions`` (e.g. 0.8/0.1/0.1). The
+    shuffle matters: FedMGDA+'s released code cut in index order, which after a label sort left
+    each client a single-class test set."""
+    idx = rng.permutation(indices)
+    cuts = np.floor(np.cumsum(fractions)[:-1] * len(idx) + 1e-9).astype(int)
+    return [np.sort(p) for p in np.split(idx, cuts)]
+
+
+# ----------------------------------------------------------------------------- federated data
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """How to federate a dataset. ``scheme`` is one of ``SCHEMES``; ``split`` is the per-client
+    (train, val, test) fractions of each client's share of the training file, or ``None`` to keep
+    all of it for training and give each client the standard test file's samples of its own
+    class / attribute group (only for ``one_class`` and ``attribute``)."""
+
+    scheme: str = "iid"
+    num_clients: int = 100
+    shards_per_client: int = 2
+    beta: float = 0.5
+    classes: tuple[int, ...] = ()
+    attribute_values: tuple[int, ...] = (0, 1)
+    split: tuple[float, float, float] | None = (0.8, 0.1, 0.1)
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.scheme not in SCHEMES:
+            raise ConfigError(f"unknown partition scheme {self.scheme!r}; known: {', '.join(SCHEMES)}")
+        if self.split is not None:
+            if len(self.split) != 3 or min(self.split) < 0 or abs(sum(self.split) - 1) > 1e-9 or self.split[0] <= 0:
+                raise ConfigError(f"split must be 3 non-negative fractions summing to 1 with a "
+                                  f"positive train share, got {self.split}")
+        elif self.scheme not in ("one_class", "attribute"):
+            raise ConfigError("split=None (test from the standard test file) needs scheme "
+                              "'one_class' or 'attribute', whose groups exist in the test file")
+        if self.scheme == "one_class" and not self.classes:
+            raise ConfigError("scheme 'one_class' needs classes=(...), one per client")
+
+
+SCHEMES = ("iid", "shards", "dirichlet", "one_class", "attribute")
+
+
+@dataclass(frozen=True)
+class Client:
+    """One client's data (tensors shared with the dataset where possible)."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_val: torch.Tensor
+    y_val: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+    @property
+    def num_train(self) -> int:
+        return len(self.y_train)
+
+
+@dataclass(frozen=True)
+class FederatedData:
+    dataset: ArrayDataset
+    spec: PartitionSpec
+    clients: list[Client]
+    train_indices: list[np.ndarray] = field(repr=False)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    def label_counts(self, part: str = "train") -> np.ndarray:
+        """(clients, classes) matrix of label counts: the heatmap of a partition."""
+        nc = self.dataset.num_classes
+        return np.stack([np.bincount(getattr(c, f"y_{part}").numpy(), minlength=nc) for c in self.clients])
+
+
+def partition_indices(ds: ArrayDataset, spec: PartitionSpec) -> list[np.ndarray]:
+    spec.validate()
+    rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 0xFA1]))
+    labels = ds.y_train.numpy()
+    if spec.scheme == "iid":
+        return iid(len(labels), spec.num_clients, rng)
+    if spec.scheme == "shards":
+        return label_shards(labels, spec.num_clients, spec.shards_per_client, rng)
+    if spec.scheme == "dirichlet":
+        return dirichlet(labels, spec.num_clients, spec.beta, rng)
+    if spec.scheme == "one_class":
+        return one_class_per_client(labels, spec.classes)
+    if ds.groups_train is None:
+        raise ConfigError(f"dataset {ds.name!r} has no attribute groups for scheme 'attribute'")
+    return by_attribute(ds.groups_train, spec.attribute_values)
+
+
+def federate(ds: ArrayDataset, spec: PartitionSpec) -> FederatedData:
+    """Partition ``ds`` and split every client's data, all seeded by ``spec.seed`` alone."""
+    parts = partition_indices(ds, spec)
+    split_rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 0x5B1]))
+    clients = []
+    if spec.split is None:
+        test_groups = (ds.y_test.numpy() if spec.scheme == "one_class" else ds.groups_test)
+        test_values = spec.classes if spec.scheme == "one_class" else spec.attribute_values
+        if test_groups is None:
+            raise ConfigError(f"dataset {ds.name!r} has no test-file groups")
+        empty = np.array([], dtype=np.int64)
+        for idx, v in zip(parts, test_values):
+            t = torch.from_numpy(np.flatnonzero(test_groups == v))
+            i = torch.from_numpy(idx)
+            clients.append(Client(ds.x_train[i], ds.y_train[i], ds.x_train[empty], ds.y_train[empty],
+                                  ds.x_test[t], ds.y_test[t]))
+        return FederatedData(ds, spec, clients, parts)
+    train_parts = []
+    for idx in parts:
+        tr, va, te = (torch.from_numpy(p) for p in split_client(idx, spec.split, split_rng))
+        train_parts.append(tr.numpy())
+        clients.append(Client(ds.x_train[tr], ds.y_train[tr], ds.x_train[va], ds.y_train[va],
+                              ds.x_train[te], ds.y_train[te]))
+    return FederatedData(ds, spec, clients, train_parts)
