@@ -1,4 +1,6 @@
-"""The papers' models, built by name. Every model outputs logits: the loss applies the softmax
+"""The papers' models, built by name. Each keeps its layers in one ``nn.Sequential`` called
+``net``, which lets ``fairfl.stacked`` train many clients' copies at once with fused kernels.
+ Every model outputs logits: the loss applies the softmax
 (a softmax layer followed by cross-entropy is a double softmax that compresses losses and
 changes loss-ordered methods such as FedFV and q-FedAvg; REPRODUCTION.md, known traps)."""
 from __future__ import annotations
@@ -16,17 +18,15 @@ class CifarCNN(nn.Module):
 
     def __init__(self, num_classes: int = 10):
         super().__init__()
-        self.features = nn.Sequential(
+        self.net = nn.Sequential(
             nn.Conv2d(3, 64, 5), nn.ReLU(), nn.MaxPool2d(2), nn.LocalResponseNorm(2),
             nn.Conv2d(64, 64, 5), nn.ReLU(), nn.LocalResponseNorm(2), nn.MaxPool2d(2),
-        )
-        self.classifier = nn.Sequential(
             nn.Flatten(), nn.Linear(1600, 384), nn.ReLU(), nn.Linear(384, 192), nn.ReLU(),
             nn.Linear(192, num_classes),
         )
 
     def forward(self, x):
-        return self.classifier(self.features(x))
+        return self.net(x)
 
 
 class FashionCNN(nn.Module):

@@ -23,7 +23,7 @@ from .algorithms import make_algorithm
 from .config import ExperimentConfig
 from .datasets import load_dataset
 from .errors import TrainingDivergedError
-from .local import flat_params, mean_losses, set_flat_params, train_clients
+from .local import flat_params, mean_losses, predict, set_flat_params, train_clients
 from .models import build_model
 from .partition import FederatedData, federate
 
@@ -127,15 +127,13 @@ def evaluate(model: torch.nn.Module, fed: FederatedData) -> tuple[list[float], l
     model.eval()
     xs = torch.cat([c.x_test for c in fed.clients])
     ys = torch.cat([c.y_test for c in fed.clients])
-    correct, losses = torch.empty(len(ys)), torch.empty(len(ys))
-    for i in range(0, len(ys), 4096):
-        out = model(xs[i:i + 4096])
-        losses[i:i + 4096] = F.cross_entropy(out, ys[i:i + 4096], reduction="none")
-        correct[i:i + 4096] = (out.argmax(1) == ys[i:i + 4096]).float()
+    out = predict(model, xs)
+    losses = F.cross_entropy(out, ys, reduction="none") if len(ys) else torch.empty(0)
+    correct = (out.argmax(1) == ys).float() if len(ys) else torch.empty(0)
     sizes = [len(c.y_test) for c in fed.clients]
     acc = [float(v.mean()) if len(v) else float("nan") for v in correct.split(sizes)]
     loss = [float(v.mean()) if len(v) else float("nan") for v in losses.split(sizes)]
-    train = mean_losses(model, None, [c.x_train for c in fed.clients], [c.y_train for c in fed.clients])
+    train = mean_losses(model, [c.x_train for c in fed.clients], [c.y_train for c in fed.clients])
     model.train()
     return acc, loss, float(train.mean())
 
@@ -164,6 +162,21 @@ def load_checkpoint(folder: Path, config: ExperimentConfig) -> dict | None:
 
 # ----------------------------------------------------------------------------- the loop
 
+_FEDERATED: dict[str, FederatedData] = {}
+
+
+def federated_data(config: ExperimentConfig) -> FederatedData:
+    """The partitioned dataset of a config, memoised per process (a sweep of many runs on one
+    partition loads and splits the data once per worker)."""
+    key = json.dumps([config.dataset, dict(config.dataset_options), config.to_dict()["partition"]],
+                     sort_keys=True, default=str)
+    if key not in _FEDERATED:
+        if len(_FEDERATED) >= 4:  # bound the memory of a long-lived worker
+            _FEDERATED.pop(next(iter(_FEDERATED)))
+        _FEDERATED[key] = federate(load_dataset(config.dataset, **dict(config.dataset_options)), config.partition)
+    return _FEDERATED[key]
+
+
 def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progress: bool = True,
              fed: FederatedData | None = None, stop_after: int | None = None) -> History:
     """Run ``config`` to the end (or, for tests of resuming, only up to round ``stop_after``).
@@ -175,7 +188,7 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
     algo = make_algorithm(config.algorithm, **dict(config.algorithm_options))
     aggregator, local_cfg = algo.aggregator, algo.local_training(config.local)
     if fed is None:
-        fed = federate(load_dataset(config.dataset, **dict(config.dataset_options)), config.partition)
+        fed = federated_data(config)
     ds = fed.dataset
     n_clients, m = fed.num_clients, config.num_sampled
     model = build_model(config.model, ds.input_shape, ds.num_classes, seed=config.seed, **dict(config.model_options))
@@ -213,7 +226,7 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
         improved = float("nan")
         if config.track_improved:
             set_flat_params(model, w_new)
-            after = mean_losses(model, None, [fed.clients[k].x_train for k in clients],
+            after = mean_losses(model, [fed.clients[k].x_train for k in clients],
                                 [fed.clients[k].y_train for k in clients])
             improved = float((after <= reports.loss_before).double().mean())
         w, state = w_new, agg.state
@@ -231,7 +244,7 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
                                             "the last checkpoint is kept")
             history.eval_rounds.append(done), history.test_acc.append(acc)
             history.test_loss.append(loss), history.train_loss.append(train)
-            if hasattr(bar, "set_postfix"):
+            if hasattr(bar, "set_postfix") and np.isfinite(acc).any():
                 bar.set_postfix(acc=f"{np.nanmean(acc):.3f}", loss=f"{train:.3f}")
         history.round_time.append(time.perf_counter() - t0)
         if checkpoint_dir and (done % config.checkpoint_every == 0 or done == end):

@@ -1,0 +1,28 @@
+# The two commands of the README:
+#   make figures   set up, then regenerate every figure with the quick profile
+#   make test      set up, then run the unit tests and every notebook (smoke profile) under nbval
+PY := .venv/bin/python
+PROFILE ?= quick
+
+.PHONY: setup figures test unit notebooks benchmark clean-results
+setup:
+	bash scripts/setup.sh
+
+figures: setup
+	TQDM_DISABLE=1 $(PY) -m fairfl reproduce --profile $(PROFILE)
+
+# Unit tests and notebooks in one pytest session (2 workers). The notebooks run as stored with
+# FAIRFL_PROFILE=smoke; runs and figures of the test session go to a temporary folder.
+test: setup
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	FAIRFL_PROFILE=smoke FAIRFL_RESULTS=$$tmp/results FAIRFL_FIGURES=$$tmp/figures TQDM_DISABLE=1 \
+	$(PY) -m pytest -n 2 --dist loadfile --nbval-lax tests notebooks
+
+unit: setup
+	$(PY) -m pytest -n 2 tests
+
+benchmark: setup
+	$(PY) benchmarks/round_speed.py
+
+clean-results:
+	rm -rf results outputs

@@ -1,0 +1,101 @@
+"""Speed of a federated round, and of a sweep of runs, on the reference configuration:
+Fashion-MNIST, 100 clients x 600 training images (label shards), 10 sampled per round,
+1 local epoch of SGD, b = 10, lr 0.01, the CNN of FedMGDA+ Table 3.
+
+(i)  one round, batched path vs sequential reference path, in this process (median of --reps);
+(ii) a sweep of --runs runs x --rounds rounds through the project's executor (a pool of
+     one-thread worker processes, batched path) vs the same runs one after another in this
+     process with the sequential path. Evaluation happens only at the first and last round
+     and the improved-share tracking is off, so both sides time training.
+
+    python benchmarks/round_speed.py [--reps 5] [--runs 4] [--rounds 8]
+
+The last line is ``sweep throughput ratio vs sequential: X``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec  # noqa: E402
+from fairfl.experiments import ProcessBackend, run_many  # noqa: E402
+from fairfl.local import flat_params, train_clients  # noqa: E402
+from fairfl.models import build_model  # noqa: E402
+from fairfl.simulation import federated_data, sample_clients, simulate  # noqa: E402
+
+REFERENCE = ExperimentConfig(
+    dataset="fashion_mnist",
+    partition=PartitionSpec("shards", num_clients=100, shards_per_client=2, split=(1.0, 0.0, 0.0), seed=0),
+    model="cnn_fmnist", local=LocalTraining(epochs=1, batch_size=10, lr=0.01),
+    clients_per_round=10, track_improved=False,
+)
+
+
+def time_rounds(batched: bool, reps: int) -> list[float]:
+    fed = federated_data(REFERENCE)
+    model = build_model("cnn_fmnist", (1, 28, 28), 10, seed=0)
+    w = flat_params(model)
+    times = []
+    for r in range(reps + 1):  # the first repetition warms up
+        clients = sample_clients(0, r, 100, 10)
+        t0 = time.perf_counter()
+        train_clients(model, w, fed.clients, clients, REFERENCE.local, 0, r, batched=batched,
+                      loss_before=False, loss_after=False)
+        times.append(time.perf_counter() - t0)
+    return times[1:]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args()
+    threads = torch.get_num_threads()
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, {threads} torch threads in this process")
+
+    # (i) one round, both paths, interleaved so that machine noise hits both alike
+    seq, bat = [], []
+    for _ in range(2):
+        seq += time_rounds(False, max(1, args.reps // 2 + 1))
+        bat += time_rounds(True, max(1, args.reps // 2 + 1))
+    med_seq, med_bat = statistics.median(seq), statistics.median(bat)
+
+    # (ii) the sweep
+    configs = [REFERENCE.replace(seed=s, rounds=args.rounds, eval_every=args.rounds) for s in range(args.runs)]
+    t0 = time.perf_counter()
+    for c in configs:
+        simulate(c.replace(batched=False), progress=False)
+    t_seq = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        run_many(configs, backend=ProcessBackend(workers=args.workers, threads=1), root=Path(tmp), progress=False)
+        t_exec = time.perf_counter() - t0
+
+    rows = [
+        ("one round, sequential path (reference)", f"{med_seq:.3f} s", f"median of {len(seq)}"),
+        ("one round, batched path (fused, fairfl.stacked)", f"{med_bat:.3f} s", f"median of {len(bat)}"),
+        ("  batched / sequential speed-up", f"{med_seq / med_bat:.2f}x", ""),
+        (f"sweep {args.runs} runs x {args.rounds} rounds, sequential, one after another", f"{t_seq:.1f} s", f"{threads} threads"),
+        (f"sweep through executor ({args.workers} workers x 1 thread, batched)", f"{t_exec:.1f} s", "incl. worker start-up"),
+    ]
+    w = max(len(r[0]) for r in rows)
+    print(f"| {'measurement':<{w}} | {'time':>9} | note |")
+    print(f"|{'-' * (w + 2)}|{'-' * 11}|------|")
+    for a, b, c in rows:
+        print(f"| {a:<{w}} | {b:>9} | {c} |")
+    print(f"sweep throughput ratio vs sequential: {t_seq / t_exec:.2f}")
+
+
+if __name__ == "__main__":
+    main()

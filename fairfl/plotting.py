@@ -1,0 +1,79 @@
+"""One plotting style for every notebook, and ``save_figure`` writing PNG + PDF atomically
+(a failed run never leaves a half-written figure)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from .paths import figures_root
+from .simulation import History, atomic_write
+
+
+def use_style() -> None:
+    import seaborn as sns
+    sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
+    matplotlib.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "savefig.bbox": "tight",
+                                "axes.titlesize": "medium"})
+
+
+def save_figure(fig: matplotlib.figure.Figure, name: str, folder: Path | None = None) -> list[Path]:
+    """Write ``<figures>/<name>.png`` and ``.pdf``; returns the paths."""
+    folder = Path(folder or figures_root())
+    paths = []
+    for ext in ("png", "pdf"):
+        path = folder / f"{name}.{ext}"
+        atomic_write(path, lambda p, ext=ext: fig.savefig(p, format=ext))
+        paths.append(path)
+    return paths
+
+
+def partition_heatmap(counts: np.ndarray, ax=None, title: str = "", class_names: Sequence[str] = (),
+                      max_clients: int = 50):
+    """Clients × labels heatmap of sample counts (the first ``max_clients`` clients)."""
+    import seaborn as sns
+    ax = ax or plt.gca()
+    shown = counts[:max_clients]
+    sns.heatmap(shown, ax=ax, cmap="viridis", cbar_kws={"label": "samples", "pad": 0.02},
+                xticklabels=list(class_names) or "auto", yticklabels=max(1, len(shown) // 10))
+    ax.set_xlabel("label")
+    ax.set_ylabel("client")
+    ax.set_title(title)
+    return ax
+
+
+def curves(histories: dict[str, Sequence[History]], metric: str = "mean_acc", ax=None,
+           logy: bool = False, band: str = "std"):
+    """Mean over seeds ± a band (std or min–max) of a per-evaluation metric against rounds.
+    ``metric``: "mean_acc" (average user test accuracy) or "train_loss"."""
+    ax = ax or plt.gca()
+    for label, runs in histories.items():
+        rounds = np.asarray(runs[0].eval_rounds)
+        ys = np.stack([r.mean_acc() if metric == "mean_acc" else np.asarray(r.train_loss) for r in runs])
+        mu = ys.mean(0)
+        lo, hi = ((mu - ys.std(0), mu + ys.std(0)) if band == "std" else (ys.min(0), ys.max(0)))
+        line, = ax.plot(rounds, mu, label=label)
+        if len(runs) > 1:
+            ax.fill_between(rounds, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set_xlabel("round")
+    ax.set_ylabel({"mean_acc": "average user test accuracy", "train_loss": "averaged training loss"}[metric])
+    if logy:
+        ax.set_yscale("log")
+    ax.legend()
+    return ax
+
+
+def accuracy_distribution(final_acc: dict[str, np.ndarray], ax=None):
+    """Distribution of the clients' final test accuracies, one violin + strip per method."""
+    import pandas as pd
+    import seaborn as sns
+    ax = ax or plt.gca()
+    df = pd.concat([pd.DataFrame({"method": k, "accuracy": np.asarray(v).ravel()}) for k, v in final_acc.items()])
+    sns.violinplot(df, x="method", y="accuracy", ax=ax, inner=None, cut=0, color="0.85")
+    sns.stripplot(df, x="method", y="accuracy", ax=ax, size=3, alpha=0.6, hue="method", legend=False)
+    ax.set_ylabel("client test accuracy")
+    return ax

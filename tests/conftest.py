@@ -1,0 +1,76 @@
+"""Shared fixtures for the fairfl test-suite.
+
+* Every test runs with ``FAIRFL_DATA`` / ``FAIRFL_RESULTS`` pointing at temporary folders shared
+  by the session (one per xdist worker) and ``FAIRFL_OFFLINE=1``: nothing is written into the
+  repository and no test downloads anything.
+* A guard records every attempt to open an internet socket; a test that attempts one fails.
+* ``fmnist`` is the real Fashion-MNIST ``ArrayDataset`` (staged from the offline Debian copy).
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+# Two pytest-xdist workers on two cores: one torch thread each; a single process may use two.
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
+
+# No example database: hypothesis would otherwise write .hypothesis/ into the repository.
+settings.register_profile(
+    "fairfl", deadline=None, database=None, max_examples=60,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile("fairfl")
+
+
+# ----------------------------------------------------------------------------- environment
+
+@pytest.fixture(scope="session", autouse=True)
+def fairfl_env(tmp_path_factory):
+    """Session-wide data root, results root and offline mode (restored afterwards)."""
+    data = tmp_path_factory.mktemp("fairfl_data")
+    results = tmp_path_factory.mktemp("fairfl_results")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FAIRFL_DATA", str(data))
+        mp.setenv("FAIRFL_RESULTS", str(results))
+        mp.setenv("FAIRFL_OFFLINE", "1")
+        yield {"data": data, "results": results}
+
+
+_NETWORK_ATTEMPTS: list[object] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_network():
+    """Refuse (and record) every connection to an internet address."""
+    real_connect = socket.socket.connect
+
+    def guarded_connect(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            _NETWORK_ATTEMPTS.append(address)
+            raise OSError(f"network access attempted in a test: {address!r}")
+        return real_connect(self, address)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(socket.socket, "connect", guarded_connect)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _fail_on_network_attempt():
+    """Fail the test if it tried the network, even if the code under test swallowed the error."""
+    before = len(_NETWORK_ATTEMPTS)
+    yield
+    attempts = _NETWORK_ATTEMPTS[before:]
+    assert not attempts, f"test attempted network access: {attempts}"
+
+
+# ----------------------------------------------------------------------------- real data
+
+@pytest.fixture(scope="session")
+def fmnist(fairfl_env):
+    """Real Fashion-MNIST, loaded once per session from the offline copy into the tmp data root."""
+    from fairfl.datasets import load_dataset
+    return load_dataset("fashion_mnist")

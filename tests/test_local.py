@@ -1,0 +1,239 @@
+"""Client training: the batched path equals the reference loop, g = w_global − w_local, NaN guard."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fairfl.errors import ConfigError, TrainingDivergedError
+from fairfl.local import (
+    LocalTraining, batch_plan, client_generator, flat_params, set_flat_params, train_clients,
+    train_clients_batched, train_clients_sequential,
+)
+from fairfl.models import build_model
+from fairfl.partition import PartitionSpec, federate
+
+
+@pytest.fixture(scope="module")
+def shards_fed(fmnist):
+    """100 label-shard clients of 600 training samples each (no val / test split)."""
+    return federate(fmnist, PartitionSpec("shards", num_clients=100, shards_per_client=2, seed=0,
+                                          split=(1.0, 0.0, 0.0)))
+
+
+@pytest.fixture(scope="module")
+def uneven_fed(fmnist):
+    """iid partition of 60000 into 97 clients: 54 clients of 619 samples, 43 of 618."""
+    return federate(fmnist, PartitionSpec("iid", num_clients=97, seed=1, split=(1.0, 0.0, 0.0)))
+
+
+def _model(name, fmnist, seed=0):
+    opts = {"dropout": False} if name == "cnn_fmnist" else {}
+    return build_model(name, fmnist.input_shape, fmnist.num_classes, seed=seed, **opts)
+
+
+def assert_same_updates(a, b):
+    scale = float(b.updates.abs().max())
+    assert scale > 1e-3, "training did not move the model; the comparison would be vacuous"
+    torch.testing.assert_close(a.updates, b.updates, rtol=1e-4, atol=1e-4 * scale)
+    torch.testing.assert_close(a.loss_before, b.loss_before, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(a.loss_after, b.loss_after, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(a.clients, b.clients)
+    torch.testing.assert_close(a.num_samples, b.num_samples, rtol=0, atol=0)
+
+
+CFG = LocalTraining(epochs=2, batch_size=10, lr=0.01, momentum=0.5, prox_mu=0.01)
+
+
+# ----------------------------------------------------------------------------- equivalence
+
+@pytest.mark.parametrize("name", ["cnn_fmnist", "mlp2"])
+def test_batched_equals_sequential_same_sizes(fmnist, shards_fed, name):
+    model = _model(name, fmnist)
+    w = flat_params(model)
+    clients = [3, 17, 42, 88]
+    assert len({shards_fed.clients[k].num_train for k in clients}) == 1
+    a = train_clients_batched(model, w, shards_fed.clients, clients, CFG, seed=5, round_=2)
+    b = train_clients_sequential(model, w, shards_fed.clients, clients, CFG, seed=5, round_=2)
+    assert_same_updates(a, b)
+    # local training lowered each client's own loss
+    assert (b.loss_after < b.loss_before).all()
+
+
+@pytest.mark.parametrize("name", ["mlp2", "logreg"])
+def test_batched_equals_sequential_different_sizes(fmnist, uneven_fed, name):
+    sizes = [c.num_train for c in uneven_fed.clients]
+    big = [k for k, s in enumerate(sizes) if s == 619]
+    small = [k for k, s in enumerate(sizes) if s == 618]
+    clients = [small[0], big[0], small[5], big[7], big[3]]  # unsorted, interleaved sizes
+    model = _model(name, fmnist)
+    w = flat_params(model)
+    cfg = LocalTraining(epochs=1, batch_size=32, lr=0.05, momentum=0.5, prox_mu=0.01, weight_decay=1e-3)
+    a = train_clients_batched(model, w, uneven_fed.clients, clients, cfg, seed=0, round_=0)
+    b = train_clients_sequential(model, w, uneven_fed.clients, clients, cfg, seed=0, round_=0)
+    assert_same_updates(a, b)
+    assert a.num_samples.tolist() == [618, 619, 618, 619, 619]
+
+
+def test_batched_row_k_is_client_k(fmnist, shards_fed):
+    """Training a set of clients together gives each the update it gets when trained alone."""
+    model = _model("mlp2", fmnist)
+    w = flat_params(model)
+    cfg = LocalTraining(epochs=1, batch_size=20, lr=0.05)
+    both = train_clients_batched(model, w, shards_fed.clients, [9, 4], cfg, seed=1, round_=3)
+    alone = train_clients_batched(model, w, shards_fed.clients, [4], cfg, seed=1, round_=3)
+    torch.testing.assert_close(both.updates[1], alone.updates[0], rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(both.updates[0], both.updates[1])
+
+
+def test_dispatch_and_seed_dependence(fmnist, shards_fed):
+    model = _model("logreg", fmnist)
+    w = flat_params(model)
+    cfg = LocalTraining(epochs=1, batch_size=50, lr=0.1)
+    a = train_clients(model, w, shards_fed.clients, [1, 2], cfg, 0, 0, batched=True)
+    b = train_clients(model, w, shards_fed.clients, [1, 2], cfg, 0, 0, batched=False)
+    c = train_clients(model, w, shards_fed.clients, [1, 2], cfg, 0, 1, batched=True)   # other round
+    torch.testing.assert_close(a.updates, b.updates, rtol=1e-4, atol=1e-6)
+    assert not torch.allclose(a.updates, c.updates, atol=1e-6)  # other batch order
+
+
+def test_losses_only_when_asked(fmnist, shards_fed):
+    model = _model("logreg", fmnist)
+    w = flat_params(model)
+    for fn in (train_clients_batched, train_clients_sequential):
+        r = fn(model, w, shards_fed.clients, [0, 1], LocalTraining(), 0, 0, loss_before=False, loss_after=False)
+        assert r.loss_before is None and r.loss_after is None
+        assert r.updates.shape == (2, w.numel())
+
+
+# ----------------------------------------------------------------------------- sign convention
+
+@pytest.mark.parametrize("fn", [train_clients_batched, train_clients_sequential])
+def test_one_full_batch_step_is_lr_times_gradient(fmnist, shards_fed, fn):
+    model = _model("logreg", fmnist, seed=3)
+    w = flat_params(model)
+    lr, wd = 0.3, 0.01
+    c = shards_fed.clients[7]
+    # reference gradient at w_global by autograd
+    ref = _model("logreg", fmnist, seed=3)
+    loss = F.cross_entropy(ref(c.x_train), c.y_train)
+    grad = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(ref.parameters()))])
+    assert grad.norm() > 1e-2
+
+    cfg = LocalTraining(epochs=1, batch_size=None, lr=lr, momentum=0.9, prox_mu=0.5)
+    r = fn(model, w, shards_fed.clients, [7], cfg, seed=0, round_=0)
+    # g = w_global − w_local = +lr·∇L (momentum and the proximal term vanish on the first step)
+    torch.testing.assert_close(r.updates[0], lr * grad, rtol=1e-4, atol=1e-6)
+
+    cfg = LocalTraining(epochs=1, batch_size=None, lr=lr, weight_decay=wd)
+    r = fn(model, w, shards_fed.clients, [7], cfg, seed=0, round_=0)
+    torch.testing.assert_close(r.updates[0], lr * (grad + wd * w), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("fn", [train_clients_batched, train_clients_sequential])
+def test_two_full_batch_steps_with_momentum(fmnist, shards_fed, fn):
+    """torch.optim.SGD's rule: b1 = g1, b2 = μ·b1 + g2; w2 = w0 − η(b1 + b2)."""
+    model = _model("logreg", fmnist, seed=4)
+    w = flat_params(model)
+    c = shards_fed.clients[11]
+    lr, mu = 0.5, 0.9
+    ref = _model("logreg", fmnist, seed=4)
+    params = list(ref.parameters())
+
+    def grad_at(flat):
+        set_flat_params(ref, flat)
+        loss = F.cross_entropy(ref(c.x_train), c.y_train)
+        return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)])
+
+    g1 = grad_at(w)
+    w1 = w - lr * g1
+    b2 = mu * g1 + grad_at(w1)
+    w2 = w1 - lr * b2
+    r = fn(model, w, [c], [0], LocalTraining(epochs=2, batch_size=None, lr=lr, momentum=mu), seed=0, round_=0)
+    torch.testing.assert_close(r.updates[0], w - w2, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("fn", [train_clients_batched, train_clients_sequential])
+def test_global_params_are_not_modified(fmnist, shards_fed, fn):
+    model = _model("mlp2", fmnist)
+    w = flat_params(model)
+    w_copy = w.clone()
+    r = fn(model, w, shards_fed.clients, [0, 5], LocalTraining(lr=0.1, momentum=0.5, prox_mu=0.1), 0, 0)
+    assert r.updates.abs().max() > 1e-3
+    assert torch.equal(w, w_copy)
+    assert torch.equal(flat_params(model), w_copy)   # the model is left at the global weights
+
+
+def test_set_flat_params_copies():
+    model = build_model("logreg", (4,), 3, seed=0)
+    flat = torch.arange(15, dtype=torch.float32)
+    set_flat_params(model, flat)
+    assert torch.equal(flat_params(model), flat)
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    assert torch.equal(flat, torch.arange(15, dtype=torch.float32))
+
+
+# ----------------------------------------------------------------------------- batches
+
+def test_batch_plan_covers_every_sample_each_epoch():
+    cfg = LocalTraining(epochs=3, batch_size=4)
+    plan = batch_plan(10, cfg, torch.Generator().manual_seed(0))
+    assert [len(b) for b in plan] == [4, 4, 2] * 3
+    for e in range(3):
+        assert sorted(torch.cat(plan[3 * e:3 * e + 3]).tolist()) == list(range(10))
+    assert not torch.equal(torch.cat(plan[0:3]), torch.cat(plan[3:6]))  # fresh permutation
+    full = batch_plan(10, LocalTraining(epochs=2, batch_size=None), torch.Generator().manual_seed(0))
+    assert [len(b) for b in full] == [10, 10]
+
+
+def test_client_generator_is_a_function_of_seed_round_client():
+    draw = lambda *a: torch.randperm(50, generator=client_generator(*a))
+    assert torch.equal(draw(0, 1, 2), draw(0, 1, 2))
+    assert not torch.equal(draw(0, 1, 2), draw(0, 1, 3))
+    assert not torch.equal(draw(0, 1, 2), draw(0, 2, 2))
+    assert not torch.equal(draw(0, 1, 2), draw(1, 1, 2))
+
+
+# ----------------------------------------------------------------------------- divergence
+
+@pytest.mark.parametrize("fn", [train_clients_batched, train_clients_sequential])
+def test_inf_in_one_clients_data_names_that_client(fmnist, shards_fed, fn):
+    clients = list(shards_fed.clients)
+    x = clients[42].x_train.clone()
+    x[5] = float("inf")
+    clients[42] = dataclasses.replace(clients[42], x_train=x)
+    model = _model("mlp2", fmnist)
+    with pytest.raises(TrainingDivergedError, match=r"round 4: .*client\(s\) \[42\]"):
+        fn(model, flat_params(model), clients, [3, 42, 17], LocalTraining(), 0, 4)
+
+
+@pytest.mark.parametrize("fn", [train_clients_batched, train_clients_sequential])
+def test_huge_lr_diverges(fmnist, shards_fed, fn):
+    model = _model("mlp2", fmnist)
+    with pytest.raises(TrainingDivergedError, match=r"client\(s\) \[8, 30\]"):
+        fn(model, flat_params(model), shards_fed.clients, [8, 30], LocalTraining(lr=1e6), 0, 0)
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"epochs": 0}, "epochs"),
+    ({"batch_size": 0}, "batch_size"),
+    ({"lr": 0.0}, "lr"),
+    ({"lr": -0.1}, "lr"),
+    ({"lr": float("nan")}, "lr"),
+    ({"momentum": 1.0}, "momentum"),
+    ({"momentum": -0.1}, "momentum"),
+    ({"weight_decay": -1e-4}, "weight_decay"),
+    ({"prox_mu": -0.01}, "prox_mu"),
+])
+def test_local_training_validate(changes, match):
+    with pytest.raises(ConfigError, match=match):
+        LocalTraining(**changes).validate()
+
+
+def test_local_training_validate_accepts_good_values():
+    LocalTraining(epochs=5, batch_size=None, lr=1.0, momentum=0.0, weight_decay=0.0, prox_mu=0.0).validate()
+    LocalTraining(batch_size=1, momentum=0.99).validate()

@@ -1,0 +1,334 @@
+"""Partitions (iid, label shards, Dirichlet, one class, attribute) and per-client splits."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fairfl.errors import ConfigError
+from fairfl.partition import (
+    PartitionSpec, by_attribute, dirichlet, federate, iid, label_shards, one_class_per_client,
+    partition_indices, split_client,
+)
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def assert_disjoint_complete(parts, n):
+    """The parts are disjoint, and together they are exactly range(n)."""
+    allidx = np.concatenate(parts)
+    assert len(allidx) == n, f"{len(allidx)} indices for {n} samples (overlap or loss)"
+    assert len(np.unique(allidx)) == n, "some index is in two clients"
+    np.testing.assert_array_equal(np.sort(allidx), np.arange(n))
+
+
+# ----------------------------------------------------------------------------- iid
+
+def test_iid_sizes_differ_by_at_most_one_and_cover_everything():
+    parts = iid(103, 10, rng())
+    sizes = [len(p) for p in parts]
+    assert max(sizes) - min(sizes) <= 1
+    assert sorted(sizes) == [10] * 7 + [11] * 3
+    assert_disjoint_complete(parts, 103)
+
+
+def test_iid_is_shuffled_not_contiguous():
+    parts = iid(1000, 4, rng(1))
+    # a contiguous deal would give client 0 exactly 0..249
+    assert not np.array_equal(parts[0], np.arange(250))
+
+
+def test_too_many_clients_raise():
+    with pytest.raises(ConfigError, match="clients for only"):
+        iid(5, 6, rng())
+    with pytest.raises(ConfigError, match="num_clients"):
+        iid(5, 0, rng())
+
+
+# ----------------------------------------------------------------------------- label shards
+
+def test_label_shards_on_fashion_mnist(fmnist):
+    labels = fmnist.y_train.numpy()
+    parts = label_shards(labels, 100, 2, rng(0))
+    assert len(parts) == 100
+    assert {len(p) for p in parts} == {600}
+    assert_disjoint_complete(parts, 60000)
+    # 200 shards of 300 samples over 10 classes of 6000: every shard is one class
+    for p in parts:
+        assert len(np.unique(labels[p])) <= 2
+    # and at random: not every client holds two shards of one class
+    assert sum(len(np.unique(labels[p])) == 2 for p in parts) > 50
+
+
+def test_label_shards_more_shards_per_client(fmnist):
+    labels = fmnist.y_train.numpy()
+    parts = label_shards(labels, 20, 3, rng(3))
+    assert {len(p) for p in parts} == {3000}
+    assert max(len(np.unique(labels[p])) for p in parts) <= 3
+    assert_disjoint_complete(parts, 60000)
+
+
+def test_label_shards_must_divide_the_data(fmnist):
+    with pytest.raises(ConfigError, match="do not divide 60000"):
+        label_shards(fmnist.y_train.numpy(), 7, 2, rng())
+    with pytest.raises(ConfigError, match="shards_per_client"):
+        label_shards(np.zeros(10, int), 2, 0, rng())
+
+
+def test_label_shards_shards_are_label_sorted():
+    # 4 classes x 25 samples, 4 clients x 1 shard of 25: each client gets exactly one class
+    labels = np.repeat(np.arange(4), 25)
+    rng(0).shuffle(labels)
+    parts = label_shards(labels, 4, 1, rng(1))
+    assert sorted(int(np.unique(labels[p]).item()) for p in parts) == [0, 1, 2, 3]
+
+
+# ----------------------------------------------------------------------------- dirichlet
+
+def test_dirichlet_disjoint_complete_min_size():
+    labels = rng(5).integers(0, 10, 2000)
+    parts = dirichlet(labels, 20, 0.3, rng(0), min_size=10)
+    assert len(parts) == 20
+    assert_disjoint_complete(parts, 2000)
+    assert min(len(p) for p in parts) >= 10
+
+
+def test_dirichlet_small_beta_is_skewed_large_beta_is_balanced():
+    labels = np.repeat(np.arange(10), 500)
+    skewed = dirichlet(labels, 10, 0.05, rng(0))
+    flat = dirichlet(labels, 10, 1000.0, rng(0))
+
+    def mean_classes_held(parts, share=0.05):
+        # classes that make up at least `share` of a client's data
+        return np.mean([np.sum(np.bincount(labels[p], minlength=10) >= share * len(p)) for p in parts])
+    assert mean_classes_held(skewed) < 5 < mean_classes_held(flat)
+
+
+def test_dirichlet_impossible_min_size_and_bad_beta():
+    labels = np.repeat(np.arange(2), 10)
+    with pytest.raises(ConfigError, match="min_size|< 11"):
+        dirichlet(labels, 2, 0.5, rng(), min_size=11, max_tries=20)
+    with pytest.raises(ConfigError, match="beta"):
+        dirichlet(labels, 2, 0.0, rng())
+
+
+# ----------------------------------------------------------------------------- one class / attribute
+
+def test_one_class_per_client():
+    labels = np.array([0, 1, 2, 0, 2, 2, 6, 1])
+    parts = one_class_per_client(labels, [2, 0, 6])
+    np.testing.assert_array_equal(parts[0], [2, 4, 5])
+    np.testing.assert_array_equal(parts[1], [0, 3])
+    np.testing.assert_array_equal(parts[2], [6])
+    with pytest.raises(ConfigError, match="distinct"):
+        one_class_per_client(labels, [0, 0])
+    with pytest.raises(ConfigError, match="class 9 has no samples"):
+        one_class_per_client(labels, [0, 9])
+
+
+def test_by_attribute():
+    groups = np.array([1, 0, 0, 1, 0])
+    parts = by_attribute(groups, [0, 1])
+    np.testing.assert_array_equal(parts[0], [1, 2, 4])
+    np.testing.assert_array_equal(parts[1], [0, 3])
+    with pytest.raises(ConfigError, match="attribute value 3"):
+        by_attribute(groups, [0, 3])
+
+
+def test_federate_one_class_uses_the_test_file(fmnist):
+    fed = federate(fmnist, PartitionSpec("one_class", num_clients=3, classes=(0, 2, 6), split=None))
+    assert fed.num_clients == 3
+    for c, cls in zip(fed.clients, (0, 2, 6)):
+        assert c.num_train == 6000 and len(c.y_test) == 1000 and len(c.y_val) == 0
+        assert set(c.y_train.tolist()) == {cls} and set(c.y_test.tolist()) == {cls}
+
+
+# ----------------------------------------------------------------------------- split_client
+
+def test_split_client_80_10_10_of_600():
+    idx = np.arange(1000, 1600)
+    tr, va, te = split_client(idx, (0.8, 0.1, 0.1), rng(0))
+    assert (len(tr), len(va), len(te)) == (480, 60, 60)
+    allidx = np.concatenate([tr, va, te])
+    assert len(np.unique(allidx)) == 600
+    np.testing.assert_array_equal(np.sort(allidx), idx)
+
+
+def test_split_client_shuffles_before_cutting():
+    idx = np.arange(600)
+    tr, va, te = split_client(idx, (0.8, 0.1, 0.1), rng(0))
+    assert not np.array_equal(te, np.arange(540, 600))
+
+
+def test_split_client_rounding_keeps_every_index():
+    idx = np.arange(7)
+    parts = split_client(idx, (0.5, 0.25, 0.25), rng(0))
+    assert [len(p) for p in parts] == [3, 2, 2]
+    assert_disjoint_complete(parts, 7)
+
+
+def test_federated_splits_sizes_and_disjoint(fmnist):
+    fed = federate(fmnist, PartitionSpec("shards", num_clients=100, shards_per_client=2, seed=0))
+    for c, tr in zip(fed.clients, fed.train_indices):
+        assert (c.num_train, len(c.y_val), len(c.y_test)) == (480, 60, 60)
+        assert len(tr) == 480
+        torch.testing.assert_close(c.x_train, fmnist.x_train[torch.from_numpy(tr)], rtol=0, atol=0)
+    all_idx = np.concatenate(fed.train_indices)
+    assert len(np.unique(all_idx)) == len(all_idx) == 48000
+    counts = fed.label_counts("train")
+    assert counts.shape == (100, 10) and counts.sum() == 48000
+
+
+# ----------------------------------------------------------------------------- determinism
+
+def _indices(ds, spec):
+    fed = federate(ds, spec)
+    return fed.train_indices, [c.y_test.numpy().copy() for c in fed.clients]
+
+
+@pytest.mark.parametrize("scheme", ["iid", "shards", "dirichlet"])
+def test_federate_determinism(fmnist, scheme):
+    spec = PartitionSpec(scheme, num_clients=20, shards_per_client=2, beta=0.5, seed=3)
+    np.random.seed(1), torch.manual_seed(1)
+    a_train, a_test = _indices(fmnist, spec)
+    np.random.seed(999), torch.manual_seed(999)  # global state must not matter
+    np.random.rand(17), torch.rand(5)
+    b_train, b_test = _indices(fmnist, spec)
+    for x, y in zip(a_train, b_train):
+        np.testing.assert_array_equal(x, y)
+    for x, y in zip(a_test, b_test):
+        np.testing.assert_array_equal(x, y)
+    c_train, _ = _indices(fmnist, dataclasses.replace(spec, seed=4))
+    assert any(not np.array_equal(x, y) for x, y in zip(a_train, c_train))
+
+
+def test_partition_indices_ignore_global_random_state(fmnist):
+    spec = PartitionSpec("shards", num_clients=10, shards_per_client=2, seed=0)
+    np.random.seed(0)
+    a = partition_indices(fmnist, spec)
+    np.random.seed(12345)
+    torch.manual_seed(12345)
+    b = partition_indices(fmnist, spec)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+# ----------------------------------------------------------------------------- the released-code trap
+
+def test_shards_then_split_test_sets_are_not_single_class(fmnist):
+    """FedMGDA+'s released code cut each client's share in label order, leaving a one-class test
+    set. With a shuffled split, a client holding two classes of 300 samples each has a
+    60-sample test set with both classes unless all 60 draws hit one class (p ~ 2^-59)."""
+    fed = federate(fmnist, PartitionSpec("shards", num_clients=100, shards_per_client=2, seed=0))
+    two_class = [c for c in fed.clients if len(torch.unique(c.y_train)) >= 2]
+    assert len(two_class) > 50
+    for c in two_class:
+        assert len(torch.unique(c.y_test)) >= 2
+        assert len(torch.unique(c.y_val)) >= 2
+
+
+def test_split_of_label_sorted_indices_still_mixes_classes(fmnist):
+    """The trap itself: hand split_client a client's indices in label-sorted order (what the
+    released code cut); the test part must still hold both classes."""
+    labels = fmnist.y_train.numpy()
+    parts = label_shards(labels, 100, 2, rng(0))
+    checked = 0
+    for p in parts:
+        if len(np.unique(labels[p])) < 2:
+            continue
+        sorted_by_label = p[np.argsort(labels[p], kind="stable")]
+        for seed in range(3):
+            tr, va, te = split_client(sorted_by_label, (0.8, 0.1, 0.1), rng(seed))
+            assert len(np.unique(labels[te])) == 2
+            assert len(np.unique(labels[tr])) == 2
+        checked += 1
+    assert checked > 50
+
+
+# ----------------------------------------------------------------------------- spec validation
+
+@pytest.mark.parametrize("spec, match", [
+    (PartitionSpec("nope"), "unknown partition scheme"),
+    (PartitionSpec("iid", split=(0.5, 0.5)), "split"),
+    (PartitionSpec("iid", split=(0.8, 0.1, 0.2)), "split"),
+    (PartitionSpec("iid", split=(0.0, 0.5, 0.5)), "split"),
+    (PartitionSpec("iid", split=None), "split=None"),
+    (PartitionSpec("one_class", split=None), "classes"),
+])
+def test_partition_spec_validate(spec, match):
+    with pytest.raises(ConfigError, match=match):
+        spec.validate()
+
+
+# ----------------------------------------------------------------------------- properties
+
+small_labels = st.integers(1, 6).flatmap(
+    lambda k: st.lists(st.integers(0, k - 1), min_size=1, max_size=120)).map(np.array)
+
+
+@given(n=st.integers(1, 300), clients=st.integers(1, 40), seed=st.integers(0, 2**32 - 1))
+def test_iid_property(n, clients, seed):
+    if clients > n:
+        with pytest.raises(ConfigError):
+            iid(n, clients, rng(seed))
+        return
+    parts = iid(n, clients, rng(seed))
+    assert len(parts) == clients
+    sizes = [len(p) for p in parts]
+    assert max(sizes) - min(sizes) <= 1
+    assert_disjoint_complete(parts, n)
+
+
+@given(labels=small_labels, clients=st.integers(1, 8), spc=st.integers(1, 4), seed=st.integers(0, 1000))
+def test_label_shards_property(labels, clients, spc, seed):
+    n = len(labels)
+    if clients > n or n % (clients * spc):
+        with pytest.raises(ConfigError):
+            label_shards(labels, clients, spc, rng(seed))
+        return
+    parts = label_shards(labels, clients, spc, rng(seed))
+    assert len(parts) == clients
+    assert {len(p) for p in parts} == {n // clients}
+    assert_disjoint_complete(parts, n)
+
+
+@given(shards_per_class=st.lists(st.integers(1, 4), min_size=1, max_size=5), shard_size=st.integers(1, 7),
+       spc=st.integers(1, 3), seed=st.integers(0, 1000))
+def test_label_shards_property_one_class_per_shard(shards_per_class, shard_size, spc, seed):
+    """When every class fills whole shards, a client holds at most ``spc`` classes, and each of
+    its classes in multiples of the shard size."""
+    num_shards = sum(shards_per_class)
+    if num_shards % spc:
+        return
+    clients = num_shards // spc
+    labels = np.repeat(np.arange(len(shards_per_class)), np.array(shards_per_class) * shard_size)
+    rng(seed + 1).shuffle(labels)
+    parts = label_shards(labels, clients, spc, rng(seed))
+    assert_disjoint_complete(parts, len(labels))
+    for p in parts:
+        counts = np.bincount(labels[p])
+        counts = counts[counts > 0]
+        assert len(counts) <= spc
+        assert np.all(counts % shard_size == 0)
+
+
+@given(labels=small_labels, clients=st.integers(1, 6), beta=st.floats(0.05, 50), seed=st.integers(0, 1000))
+def test_dirichlet_property(labels, clients, beta, seed):
+    n = len(labels)
+    if clients > n:
+        with pytest.raises(ConfigError):
+            dirichlet(labels, clients, beta, rng(seed))
+        return
+    try:
+        parts = dirichlet(labels, clients, beta, rng(seed), max_tries=200)
+    except ConfigError as e:  # every draw left a client empty: allowed, but only with this message
+        assert "min_size" in str(e) or "samples" in str(e)
+        return
+    assert len(parts) == clients
+    assert min(len(p) for p in parts) >= 1
+    assert_disjoint_complete(parts, n)
