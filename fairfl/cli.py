@@ -68,6 +68,9 @@ def notebook_paths(names: list[str]) -> list[Path]:
         return all_nbs
     out = []
     for n in names:
+        if n.endswith(".ipynb") and Path(n).is_file():  # an explicit path, e.g. your own notebook
+            out.append(Path(n).resolve())
+            continue
         match = [p for p in all_nbs if p.stem == Path(n).stem or p.name.startswith(n)]
         if not match:
             raise SystemExit(f"no notebook matches {n!r}; have: {', '.join(p.name for p in all_nbs)}")
@@ -125,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     r.set_defaults(fn=_cmd_run)
 
     rp = sub.add_parser("reproduce", help="execute notebooks with papermill; figures go to figures/")
-    rp.add_argument("notebooks", nargs="*", help="notebook names or prefixes (default: all)")
+    rp.add_argument("notebooks", nargs="*", help="notebook names, prefixes (e.g. 00) or paths (default: all)")
     rp.add_argument("--profile", choices=PROFILES, default="quick")
     rp.add_argument("--output", help="folder for executed notebooks (default: outputs/)")
     rp.add_argument("--kernel", default="python3")

@@ -44,6 +44,8 @@ class ExperimentConfig:
     def validate(self) -> "ExperimentConfig":
         """Check every parameter before any data is loaded; raise one ConfigError naming the
         problem. Returns self, so ``cfg = ExperimentConfig(...).validate()`` reads well."""
+        for obj, where in ((self, ""), (self.partition, "partition."), (self.local, "local.")):
+            check_number_fields(obj, where)
         check_dataset_name(self.dataset)
         check_model_name(self.model)
         make_algorithm(self.algorithm, **dict(self.algorithm_options))
@@ -93,7 +95,7 @@ class ExperimentConfig:
             d["partition"] = _build(PartitionSpec, d["partition"], "partition")
         if isinstance(d.get("local"), Mapping):
             d["local"] = _build(LocalTraining, d["local"], "local")
-        return cls(**d)
+        return cls(**_coerce_numbers(cls, d))
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "ExperimentConfig":
@@ -120,7 +122,41 @@ def _build(cls, d: Mapping[str, Any], where: str):
     if unknown:
         raise ConfigError(f"unknown {where} keys: {', '.join(sorted(unknown))}")
     d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
-    return cls(**d)
+    return cls(**_coerce_numbers(cls, d))
+
+
+_NUMBER_TYPES = {"int": int, "float": float, "int | None": int, "float | None": float}
+
+
+def _coerce_numbers(cls, d: dict[str, Any]) -> dict[str, Any]:
+    """Numbers written as strings become numbers in numeric fields: PyYAML reads ``1e-3``
+    (exponent, no dot) as the string '1e-3'. Anything else is left for validation to reject."""
+    kinds = {f.name: _NUMBER_TYPES.get(str(f.type)) for f in dataclasses.fields(cls)}
+    out = dict(d)
+    for k, v in d.items():
+        kind = kinds.get(k)
+        if kind is not None and isinstance(v, str):
+            try:
+                x = float(v)
+            except ValueError:
+                continue
+            out[k] = int(x) if kind is int and x.is_integer() else x
+    return out
+
+
+def check_number_fields(obj, where: str = "") -> None:
+    """Every field annotated int / float holds a real number (not a bool, not a string)."""
+    for f in dataclasses.fields(obj):
+        kind = _NUMBER_TYPES.get(str(f.type))
+        if kind is None:
+            continue
+        v = getattr(obj, f.name)
+        if v is None and "None" in str(f.type):
+            continue
+        ok = isinstance(v, int) if kind is int else isinstance(v, (int, float))
+        if isinstance(v, bool) or not ok:
+            raise ConfigError(f"{where}{f.name} must be {'an integer' if kind is int else 'a number'}, "
+                              f"got {v!r} ({type(v).__name__})")
 
 
 def _plain(x):

@@ -86,6 +86,7 @@ def improved_share(loss_before, loss_after) -> float:
 
 def summary(acc, fraction: float = 0.1) -> dict[str, float]:
     """The usual table row for a vector of per-client accuracies."""
-    return {"mean": mean(acc), "std": std(acc), f"worst{int(fraction * 100)}%": worst(acc, fraction),
-            f"best{int(fraction * 100)}%": best(acc, fraction), "p5": percentile(acc, 5),
+    pct = f"{100 * fraction:.6g}"  # 0.29 -> "29", not int(28.999...) = 28
+    return {"mean": mean(acc), "std": std(acc), f"worst{pct}%": worst(acc, fraction),
+            f"best{pct}%": best(acc, fraction), "p5": percentile(acc, 5),
             "p95": percentile(acc, 95), "angle": angle_to_uniform(acc), "kl": kl_to_uniform(acc)}

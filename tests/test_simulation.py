@@ -1,0 +1,307 @@
+"""The round loop on real Fashion-MNIST: determinism, resume, both training paths, the server
+schedule, the run cache, sweeps with failures, the divergence guard, History files."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import fairfl.experiments as experiments
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.aggregators import Aggregate, FedAvg
+from fairfl.errors import RunFailedError, TrainingDivergedError
+from fairfl.experiments import SerialBackend, is_cached, run, run_dir, run_many
+from fairfl.simulation import CHECKPOINT, History, load_checkpoint, sample_clients, simulate
+
+CFG = ExperimentConfig(
+    dataset="fashion_mnist",
+    partition=PartitionSpec("shards", num_clients=10, shards_per_client=2, seed=0),
+    model="mlp2", rounds=4, participation=0.3, eval_every=2,
+    local=LocalTraining(batch_size=50), checkpoint_every=2)
+
+
+def _sim(cfg, **kw):
+    return simulate(cfg, progress=False, **kw)
+
+
+def assert_same_history(a: History, b: History):
+    assert a.eval_rounds == b.eval_rounds
+    assert a.test_acc == b.test_acc
+    assert a.test_loss == b.test_loss
+    assert a.train_loss == b.train_loss
+    assert a.sampled == b.sampled
+    assert a.round_lr == b.round_lr
+    assert a.round_improved == b.round_improved
+    assert a.info == b.info
+
+
+@pytest.fixture(scope="module")
+def reference(fmnist, tmp_path_factory):
+    """One uninterrupted run of CFG, with its final checkpoint (the final model)."""
+    d = tmp_path_factory.mktemp("reference_run")
+    history = _sim(CFG, checkpoint_dir=d)
+    blob = load_checkpoint(d, CFG)
+    return history, blob
+
+
+# ----------------------------------------------------------------------------- the run itself
+
+def test_reference_run_is_well_formed(reference):
+    h, blob = reference
+    assert h.eval_rounds == [0, 2, 4]
+    assert h.rounds_done == 4 and blob["round"] == 4
+    assert h.acc().shape == (3, 10)
+    assert all(len(s) == 3 and len(set(s)) == 3 for s in h.sampled)       # round(0.3 * 10) = 3
+    assert h.round_lr == [1.0] * 4
+    assert all(0.0 <= v <= 1.0 for v in h.round_improved)
+    assert h.train_loss[-1] < h.train_loss[0]                              # it learns
+    assert np.mean(h.final_acc()) > np.mean(h.acc()[0])
+    assert torch.isfinite(blob["params"]).all()
+
+
+# ----------------------------------------------------------------------------- (a) determinism
+
+@pytest.mark.slow
+def test_same_seed_same_history_other_seed_other_history(reference):
+    ref, ref_blob = reference
+    again = _sim(CFG)
+    assert_same_history(again, ref)
+    other = _sim(CFG.replace(seed=1))
+    assert other.sampled != ref.sampled
+    assert other.train_loss != ref.train_loss       # other initial model as well
+
+
+def test_sample_clients_depends_on_seed_and_round_only():
+    a = sample_clients(0, 5, 100, 10)
+    assert np.array_equal(a, sample_clients(0, 5, 100, 10))
+    assert len(np.unique(a)) == 10 and np.all(np.diff(a) > 0) and a.max() < 100
+    assert not np.array_equal(a, sample_clients(0, 6, 100, 10))
+    assert not np.array_equal(a, sample_clients(1, 5, 100, 10))
+
+
+# ----------------------------------------------------------------------------- (b) resume
+
+def test_resume_from_checkpoint_equals_uninterrupted_run(reference, tmp_path):
+    ref, ref_blob = reference
+    part = _sim(CFG, checkpoint_dir=tmp_path, stop_after=2)
+    assert part.rounds_done == 2 and part.eval_rounds == [0, 2]
+    assert load_checkpoint(tmp_path, CFG)["round"] == 2
+    resumed = _sim(CFG, checkpoint_dir=tmp_path)
+    assert resumed.rounds_done == 4
+    assert_same_history(resumed, ref)
+    blob = load_checkpoint(tmp_path, CFG)
+    assert blob["round"] == 4
+    assert torch.equal(blob["params"], ref_blob["params"])      # the final model, bit for bit
+
+
+def test_checkpoint_of_another_config_is_ignored(fmnist, tmp_path):
+    _sim(CFG, checkpoint_dir=tmp_path, stop_after=2)
+    other = CFG.replace(seed=1)
+    assert load_checkpoint(tmp_path, other) is None
+    assert load_checkpoint(tmp_path, CFG)["round"] == 2
+
+
+# ----------------------------------------------------------------------------- (c) both paths
+
+@pytest.mark.slow
+def test_batched_and_sequential_paths_agree(fmnist):
+    """mlp2 has no dropout. Float32 rounding differs between the paths (vmap'd vs plain matmul)
+    and SGD amplifies it over a run, so a few local steps keep the comparison at ~1e-4."""
+    cfg = CFG.replace(local=LocalTraining(batch_size=200))
+    a = _sim(cfg.replace(batched=True))
+    b = _sim(cfg.replace(batched=False))
+    assert a.sampled == b.sampled and a.eval_rounds == b.eval_rounds
+    np.testing.assert_allclose(a.train_loss, b.train_loss, rtol=1e-4)
+    np.testing.assert_allclose(a.test_loss, b.test_loss, rtol=1e-4)
+    # accuracy is discontinuous: allow one of a client's 600 test samples to flip
+    np.testing.assert_allclose(a.acc(), b.acc(), atol=1 / 600 + 1e-6)
+    np.testing.assert_allclose(a.round_improved, b.round_improved, atol=1 / 3 + 1e-9)
+    assert a.train_loss[-1] < a.train_loss[0] - 0.1   # they trained
+
+
+@pytest.fixture
+def float64(fmnist):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+def test_batched_and_sequential_paths_agree_exactly_in_float64(fmnist, float64):
+    """In float64 the rounding noise vanishes: the two paths compute the same run (including
+    momentum, the proximal term and weight decay)."""
+    import dataclasses
+    from fairfl.partition import federate
+    n = 6000  # a tenth of the training file (20 shards of 300) keeps the float64 copy small
+    ds = dataclasses.replace(fmnist, x_train=fmnist.x_train[:n].double(), y_train=fmnist.y_train[:n],
+                             x_test=fmnist.x_test[:10].double(), y_test=fmnist.y_test[:10])
+    cfg = CFG.replace(algorithm="fedprox", algorithm_options={"mu": 0.01},
+                      local=LocalTraining(batch_size=50, momentum=0.5, weight_decay=1e-4))
+    fed = federate(ds, cfg.partition)
+    a = _sim(cfg.replace(batched=True), fed=fed)
+    b = _sim(cfg.replace(batched=False), fed=fed)
+    assert a.sampled == b.sampled
+    np.testing.assert_allclose(a.train_loss, b.train_loss, rtol=1e-10)
+    np.testing.assert_allclose(a.test_loss, b.test_loss, rtol=1e-10)
+    np.testing.assert_array_equal(a.acc(), b.acc())
+
+
+# ----------------------------------------------------------------------------- (d) server schedule
+
+def test_server_lr_schedule_fedmgda():
+    cfg = ExperimentConfig(rounds=200, server_lr=2.0, decay=0.5)
+    beta = 0.5 ** (100 / 200)                      # = 1/sqrt(2)
+    assert cfg.server_lr_at(0) == pytest.approx(2.0)
+    assert cfg.server_lr_at(99) == pytest.approx(2.0)
+    assert cfg.server_lr_at(100) == pytest.approx(2.0 * beta)
+    assert cfg.server_lr_at(199) == pytest.approx(2.0 / math.sqrt(2))
+    cfg = ExperimentConfig(rounds=300, server_lr=1.0, decay=0.1)   # β = 0.1^(1/3)
+    assert cfg.server_lr_at(250) == pytest.approx(0.1 ** (2 / 3))
+    assert cfg.server_lr_at(299) == pytest.approx(0.21544346900318834)
+    cfg = ExperimentConfig(rounds=50, server_lr=0.5, decay=0.01)   # β = 0.01^2; no step before t=100
+    assert cfg.server_lr_at(49) == pytest.approx(0.5)
+    assert cfg.server_lr_at(100) == pytest.approx(0.5 * 1e-4)
+    assert ExperimentConfig(rounds=1000, decay=1.0).server_lr_at(999) == 1.0
+
+
+def test_round_lr_is_logged_and_used(fmnist):
+    cfg = CFG.replace(rounds=1, eval_every=1, server_lr=0.5, decay=0.5)
+    h = _sim(cfg)
+    assert h.round_lr == [0.5]
+    h_small = _sim(cfg.replace(server_lr=1e-6))
+    # a tiny server step leaves the model (and its training loss) almost where it started
+    assert abs(h_small.train_loss[-1] - h_small.train_loss[0]) < 1e-3 < abs(h.train_loss[-1] - h.train_loss[0])
+
+
+def test_num_sampled():
+    assert CFG.num_sampled == 3
+    assert CFG.replace(participation=0.01).num_sampled == 1
+    assert CFG.replace(participation=0.25).num_sampled == 3      # round(2.5) up
+    assert CFG.replace(clients_per_round=7).num_sampled == 7
+
+
+# ----------------------------------------------------------------------------- (e) run cache
+
+def test_run_caches_and_second_call_does_not_train(fmnist, tmp_path, monkeypatch):
+    first = run(CFG, root=tmp_path, progress=False)
+    d = run_dir(CFG, tmp_path)
+    assert d == tmp_path / CFG.key()
+    assert is_cached(CFG, tmp_path)
+    assert not (d / CHECKPOINT).exists()
+    assert json.loads((d / "config.json").read_text()) == CFG.to_dict()
+
+    def no_training(*a, **kw):
+        raise AssertionError("run() trained again although the result is cached")
+    monkeypatch.setattr(experiments, "simulate", no_training)
+    second = run(CFG, root=tmp_path, progress=False)
+    assert second.to_state() == first.to_state()
+    # a changed setting is a different key, so it is not served from the cache
+    with pytest.raises(AssertionError, match="trained again"):
+        run(CFG.replace(seed=7), root=tmp_path, progress=False)
+
+
+def test_run_uses_results_root_from_environment(fmnist, fairfl_env):
+    cfg = CFG.replace(rounds=1, eval_every=1)
+    run(cfg, progress=False)
+    assert (fairfl_env["results"] / cfg.key() / "history.json").is_file()
+
+
+# ----------------------------------------------------------------------------- (f) run_many
+
+DIVERGING = CFG.replace(local=LocalTraining(batch_size=50, lr=1e6))
+
+
+def test_the_diverging_config_really_diverges(fmnist):
+    with pytest.raises(TrainingDivergedError, match="round 0"):
+        _sim(DIVERGING)
+
+
+@pytest.mark.slow
+def test_run_many_reports_failures_and_keeps_the_good_runs(fmnist, tmp_path):
+    good = CFG
+    with pytest.raises(RunFailedError) as e:
+        run_many([good, DIVERGING], backend=SerialBackend(), root=tmp_path, progress=False)
+    msg = str(e.value)
+    assert "1 of 2 runs failed" in msg and "TrainingDivergedError" in msg
+    assert is_cached(good, tmp_path) and not is_cached(DIVERGING, tmp_path)
+
+    out = run_many([good, DIVERGING, good], backend=SerialBackend(), root=tmp_path, progress=False,
+                   raise_on_failure=False)
+    assert len(out) == 3 and out[1] is None
+    assert isinstance(out[0], History) and out[0].to_state() == out[2].to_state()
+    assert out[0].rounds_done == 4
+
+
+def test_run_many_validates_everything_before_training(tmp_path, monkeypatch):
+    from fairfl.errors import ConfigError
+
+    def no_training(*a, **kw):
+        raise AssertionError("trained before validating every config")
+    monkeypatch.setattr(experiments, "simulate", no_training)
+    with pytest.raises(ConfigError, match="participation"):
+        run_many([CFG, CFG.replace(participation=0.0)], backend=SerialBackend(), root=tmp_path, progress=False)
+
+
+# ----------------------------------------------------------------------------- (g) divergence guard
+
+@pytest.mark.slow
+def test_nan_direction_stops_the_run_and_keeps_the_last_checkpoint(fmnist, tmp_path, monkeypatch):
+    ok_dir = tmp_path / "ok"
+    _sim(CFG, checkpoint_dir=ok_dir, stop_after=2)
+    expected = load_checkpoint(ok_dir, CFG)
+
+    real = FedAvg.aggregate
+
+    def poisoned(self, reports, state, round_):
+        agg = real(self, reports, state, round_)
+        if round_ == 3:
+            d = agg.direction.clone()
+            d[0] = float("nan")
+            return Aggregate(d, agg.state, agg.info, agg.weights)
+        return agg
+    monkeypatch.setattr(FedAvg, "aggregate", poisoned)
+
+    d = tmp_path / "run"
+    with pytest.raises(TrainingDivergedError, match="round 3: fedavg produced a NaN/Inf direction"):
+        _sim(CFG, checkpoint_dir=d)
+    blob = load_checkpoint(d, CFG)
+    assert blob is not None and blob["round"] == 2
+    assert torch.equal(blob["params"], expected["params"])
+    assert History.from_state(blob["history"]).rounds_done == 2
+    assert not list(d.glob("*.tmp")) and not list(d.glob(".*.tmp"))   # no half-written file left
+
+
+def test_diverged_run_in_run_cache_is_not_cached(fmnist, tmp_path):
+    with pytest.raises(TrainingDivergedError):
+        run(DIVERGING, root=tmp_path, progress=False)
+    assert not is_cached(DIVERGING, tmp_path)
+
+
+# ----------------------------------------------------------------------------- (h) History files
+
+def test_history_save_load_round_trip(reference, tmp_path):
+    h = History.from_state(copy.deepcopy(reference[0].to_state()))
+    h.info["mean_update_norm"] = [1.5, 2.25, 0.0, 3.0]     # exercise the aggregator-info field
+    h.save(tmp_path)
+    loaded = History.load(tmp_path)
+    assert loaded.to_state() == h.to_state()
+    assert loaded.final_acc().tolist() == reference[0].final_acc().tolist()
+    with np.load(tmp_path / "history.npz", allow_pickle=False) as z:   # no pickle inside
+        assert set(z.files) == {"test_acc", "test_loss", "sampled"}
+        assert z["test_acc"].dtype == np.float64 and z["test_acc"].shape == (3, 10)
+        assert z["sampled"].dtype == np.int64 and z["sampled"].shape == (4, 3)
+    scalars = json.loads((tmp_path / "history.json").read_text())
+    assert scalars["config"] == CFG.to_dict() and "test_acc" not in scalars
+
+
+def test_history_round_trip_hand_made(tmp_path):
+    h = History(config={"a": 1}, eval_rounds=[0, 5], test_acc=[[0.5, 0.25], [0.75, 1.0]],
+                test_loss=[[2.0, 1.0], [0.5, 0.125]], train_loss=[2.5, 0.5], round_lr=[1.0] * 5,
+                round_improved=[1.0, 0.5, 0.0, 1.0, 1.0], round_time=[0.1] * 5,
+                sampled=[[0, 1]] * 5, info={"x": [1.0] * 5})
+    h.save(tmp_path)
+    assert History.load(tmp_path) == h
