@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .algorithms import make_algorithm
+from .attacks import make_attack
 from .datasets import check_dataset_name
 from .errors import ConfigError
 from .local import LocalTraining
@@ -39,6 +40,8 @@ class ExperimentConfig:
     batched: bool = True                # train a round's clients together (False: reference loop)
     track_improved: bool = True         # share of participants whose loss did not increase
     checkpoint_every: int = 50
+    eligible_clients: tuple[int, ...] | None = None  # only these may be sampled (e.g. the PhD-only baseline)
+    attacks: tuple[Mapping[str, Any], ...] = ()     # e.g. ({"kind": "bias", "client": 1, "bias": 1.0},)
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> "ExperimentConfig":
@@ -48,9 +51,23 @@ class ExperimentConfig:
             check_number_fields(obj, where)
         check_dataset_name(self.dataset)
         check_model_name(self.model)
-        make_algorithm(self.algorithm, **dict(self.algorithm_options))
+        make_algorithm(self.algorithm, self.local, **dict(self.algorithm_options))
         self.partition.validate()
         self.local.validate()
+        n = self.partition.num_clients
+        if self.eligible_clients is not None:
+            bad = [k for k in self.eligible_clients if not 0 <= k < n]
+            if bad or not self.eligible_clients:
+                raise ConfigError(f"eligible_clients must be non-empty client ids in [0, {n}), got {self.eligible_clients}")
+        for spec in self.attacks:
+            attack = make_attack(spec)
+            if not 0 <= attack.client < n:
+                raise ConfigError(f"attack client {attack.client} is not a client id in [0, {n})")
+        pool = len(self.eligible_clients) if self.eligible_clients is not None else n
+        attackers = {make_attack(spec).client for spec in self.attacks if make_attack(spec).every_round}
+        if len(attackers) > self.num_sampled:
+            raise ConfigError(f"{len(attackers)} attackers take part in every round but only "
+                              f"{self.num_sampled} clients are sampled per round")
         if not isinstance(self.rounds, int) or self.rounds < 1:
             raise ConfigError(f"rounds must be a positive integer, got {self.rounds!r}")
         if not (0 < self.participation <= 1):
@@ -58,9 +75,9 @@ class ExperimentConfig:
         if self.clients_per_round is not None:
             if self.clients_per_round < 1:
                 raise ConfigError(f"clients_per_round must be >= 1, got {self.clients_per_round}")
-            if self.clients_per_round > self.partition.num_clients:
+            if self.clients_per_round > pool:
                 raise ConfigError(f"clients_per_round={self.clients_per_round} is more than the "
-                                  f"{self.partition.num_clients} clients of the partition")
+                                  f"{pool} clients that can be sampled")
         if not self.server_lr > 0:
             raise ConfigError(f"server_lr must be > 0, got {self.server_lr}")
         if not (0 < self.decay <= 1):
@@ -71,10 +88,12 @@ class ExperimentConfig:
 
     @property
     def num_sampled(self) -> int:
-        """Clients per round: ``clients_per_round`` or max(1, round(p·N))."""
+        """Clients per round: ``clients_per_round`` or max(1, round(p·N)) with N the clients
+        that can be sampled."""
         if self.clients_per_round is not None:
             return self.clients_per_round
-        return max(1, math.floor(self.participation * self.partition.num_clients + 0.5))
+        pool = len(self.eligible_clients) if self.eligible_clients is not None else self.partition.num_clients
+        return max(1, math.floor(self.participation * pool + 0.5))
 
     def server_lr_at(self, t: int) -> float:
         """FedMGDA+ §6.1.5: ηₜ = η·β^⌊t/100⌋ with β = decay^(100/T)."""
@@ -95,6 +114,9 @@ class ExperimentConfig:
             d["partition"] = _build(PartitionSpec, d["partition"], "partition")
         if isinstance(d.get("local"), Mapping):
             d["local"] = _build(LocalTraining, d["local"], "local")
+        for key in ("eligible_clients", "attacks"):
+            if isinstance(d.get(key), list):
+                d[key] = tuple(d[key])
         return cls(**_coerce_numbers(cls, d))
 
     @classmethod

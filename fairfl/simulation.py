@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .algorithms import make_algorithm
+from .attacks import make_attack
 from .config import ExperimentConfig
 from .datasets import load_dataset
 from .errors import TrainingDivergedError
@@ -111,10 +112,18 @@ def _seed(*parts: int) -> int:
     return int(np.random.SeedSequence(list(parts)).generate_state(1, np.uint32)[0])
 
 
-def sample_clients(seed: int, round_: int, num_clients: int, m: int) -> np.ndarray:
-    """m distinct clients, uniformly, from a generator of (seed, round) only; sorted."""
+def sample_clients(seed: int, round_: int, num_clients: int, m: int,
+                   eligible: tuple[int, ...] | None = None, forced: tuple[int, ...] = ()) -> np.ndarray:
+    """m distinct clients from a generator of (seed, round) only, sorted: the ``forced`` ones
+    (attackers that take part in every round), then the rest uniformly from ``eligible``
+    (default: every client)."""
     rng = np.random.default_rng(_seed(seed, round_, 0x5A3))
-    return np.sort(rng.choice(num_clients, size=m, replace=False))
+    pool = np.arange(num_clients) if eligible is None else np.asarray(sorted(eligible))
+    if not forced:
+        return np.sort(rng.choice(pool, size=m, replace=False))
+    rest = np.setdiff1d(pool, forced)
+    picked = rng.choice(rest, size=m - len(forced), replace=False) if m > len(forced) else []
+    return np.sort(np.concatenate([np.asarray(forced, dtype=np.int64), np.asarray(picked, dtype=np.int64)]))
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -185,7 +194,9 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
     and the run resumes from it. A NaN/Inf raises TrainingDivergedError; the last checkpoint
     stays as it was."""
     config.validate()
-    algo = make_algorithm(config.algorithm, **dict(config.algorithm_options))
+    algo = make_algorithm(config.algorithm, config.local, **dict(config.algorithm_options))
+    attacks = [make_attack(spec) for spec in config.attacks]
+    forced = tuple(sorted({a.client for a in attacks if a.every_round}))
     aggregator, local_cfg = algo.aggregator, algo.local_training(config.local)
     if fed is None:
         fed = federated_data(config)
@@ -202,7 +213,7 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
         start, w, state = blob["round"], blob["params"], blob["agg_state"]
         history = History.from_state(blob["history"])
     else:
-        set_flat_params(model, w)
+        set_flat_params(model, aggregator.eval_params(state, w))
         acc, loss, train = evaluate(model, fed)
         history.eval_rounds.append(0), history.test_acc.append(acc), history.test_loss.append(loss)
         history.train_loss.append(train)
@@ -213,11 +224,14 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
                disable=not progress or tqdm is None, leave=False) if tqdm else range(start, end)
     for t in bar:
         t0 = time.perf_counter()
-        clients = sample_clients(config.seed, t, n_clients, m)
-        torch.manual_seed(_seed(config.seed, t, 0xD0))  # dropout under vmap uses the global generator
-        reports = train_clients(model, w, fed.clients, clients, local_cfg, config.seed, t, config.batched,
-                                loss_before=need_before, loss_after="loss_after" in aggregator.requires)
-        agg = aggregator.aggregate(reports, state, t)
+        clients = sample_clients(config.seed, t, n_clients, m, config.eligible_clients, forced)
+        torch.manual_seed(_seed(config.seed, t, 0xD0))  # dropout uses the global generator
+        honest = train_clients(model, w, fed.clients, clients, local_cfg, config.seed, t, config.batched,
+                               loss_before=need_before, loss_after="loss_after" in aggregator.requires)
+        reports = honest
+        for attack in attacks:  # what the server receives
+            reports = attack.apply(reports)
+        agg = aggregator.aggregate(reports, state, t, params=w)
         if not torch.isfinite(agg.direction).all():
             raise TrainingDivergedError(f"round {t}: {aggregator.name} produced a NaN/Inf direction; "
                                         "the last checkpoint is kept")
@@ -228,7 +242,7 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
             set_flat_params(model, w_new)
             after = mean_losses(model, [fed.clients[k].x_train for k in clients],
                                 [fed.clients[k].y_train for k in clients])
-            improved = float((after <= reports.loss_before).double().mean())
+            improved = float((after <= honest.loss_before).double().mean())  # true losses, not reported ones
         w, state = w_new, agg.state
         history.round_lr.append(lr)
         history.round_improved.append(improved)
@@ -237,7 +251,7 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
             history.info.setdefault(k, []).append(float(v))
         done = t + 1
         if done % config.eval_every == 0 or done == config.rounds:
-            set_flat_params(model, w)
+            set_flat_params(model, aggregator.eval_params(state, w))
             acc, loss, train = evaluate(model, fed)
             if not np.isfinite(train):
                 raise TrainingDivergedError(f"round {t}: the training loss of the global model is {train}; "
@@ -249,5 +263,5 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
         history.round_time.append(time.perf_counter() - t0)
         if checkpoint_dir and (done % config.checkpoint_every == 0 or done == end):
             save_checkpoint(checkpoint_dir, config, done, w, state, history)
-    set_flat_params(model, w)
+    set_flat_params(model, aggregator.eval_params(state, w))
     return history

@@ -23,14 +23,19 @@ if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv"
   "$PYTHON" -m venv .venv
 fi
+# pip, without this machine's warnings about absent local index folders (exit status kept)
+pip_install() {
+  .venv/bin/python -m pip install -q "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+  return "${PIPESTATUS[0]}"
+}
 stamp=.venv/.fairfl-installed
 want=$(cat requirements.txt requirements-data.txt pyproject.toml | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "== installing requirements (torch from local disk takes ~2 min)"
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -r requirements.txt
-  .venv/bin/python -m pip install -q --no-deps -r requirements-data.txt
-  .venv/bin/python -m pip install -q --no-deps -e .
+  pip_install --upgrade pip
+  pip_install -r requirements.txt
+  pip_install --no-deps -r requirements-data.txt
+  pip_install --no-deps -e .
   echo "$want" > "$stamp"
 fi
 echo "== datasets"

@@ -256,8 +256,8 @@ def test_nan_direction_stops_the_run_and_keeps_the_last_checkpoint(fmnist, tmp_p
 
     real = FedAvg.aggregate
 
-    def poisoned(self, reports, state, round_):
-        agg = real(self, reports, state, round_)
+    def poisoned(self, reports, state, round_, params=None):
+        agg = real(self, reports, state, round_, params)
         if round_ == 3:
             d = agg.direction.clone()
             d[0] = float("nan")

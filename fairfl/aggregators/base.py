@@ -6,7 +6,11 @@ of functions with explicit state and no hidden globals:
 
 * ``init(num_params, num_clients) -> state`` — a dict of tensors / numbers (saved in
   checkpoints; FedFV keeps its gradient history here, AFL its λ);
-* ``aggregate(reports, state, round) -> Aggregate(direction, state, info)``.
+* ``aggregate(reports, state, round, params) -> Aggregate(direction, state, info)``, where
+  ``params`` is the current global model as a flat vector (as Optax passes ``params`` to the
+  transformations that need them);
+* ``eval_params(state, params)`` — the model to evaluate (AFL reports its averaged iterate;
+  every other rule the current model).
 
 ``requires`` names what the clients must report beyond their updates (``"loss_before"`` for
 q-FedAvg, FedFV and AFL; extra client outputs such as DQN-Fed's ``dₖ`` arrive in
@@ -43,8 +47,12 @@ class Aggregator:
     def init(self, num_params: int, num_clients: int) -> State:
         return {}
 
-    def aggregate(self, reports: ClientUpdates, state: State, round_: int) -> Aggregate:
+    def aggregate(self, reports: ClientUpdates, state: State, round_: int,
+                  params: torch.Tensor | None = None) -> Aggregate:
         raise NotImplementedError
+
+    def eval_params(self, state: State, params: torch.Tensor) -> torch.Tensor:
+        return params
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())

@@ -13,7 +13,8 @@ from ..local import ClientUpdates
 from .base import Aggregate, Aggregator, State, normalise_rows
 
 
-def _weights(reports: ClientUpdates, weighting: str) -> torch.Tensor:
+def sample_weights(reports: ClientUpdates, weighting: str) -> torch.Tensor:
+    """FedAvg's pₖ: ∝ nₖ ("samples") or 1/m ("uniform", FedMGDA+'s λ₀)."""
     if weighting == "samples":
         w = reports.num_samples.to(torch.float64)
     else:
@@ -32,8 +33,8 @@ class FedAvg(Aggregator):
             raise ConfigError(f"FedAvg weighting={weighting!r} is not 'samples' or 'uniform'")
         self.weighting = weighting
 
-    def aggregate(self, reports: ClientUpdates, state: State, round_: int) -> Aggregate:
-        w = _weights(reports, self.weighting)
+    def aggregate(self, reports: ClientUpdates, state: State, round_: int, params=None) -> Aggregate:
+        w = sample_weights(reports, self.weighting)
         return Aggregate(w @ reports.updates, state, weights=w)
 
 
@@ -46,7 +47,7 @@ class FedAvgN(FedAvg):
     def __init__(self, weighting: str = "uniform"):
         super().__init__(weighting)
 
-    def aggregate(self, reports: ClientUpdates, state: State, round_: int) -> Aggregate:
-        w = _weights(reports, self.weighting)
+    def aggregate(self, reports: ClientUpdates, state: State, round_: int, params=None) -> Aggregate:
+        w = sample_weights(reports, self.weighting)
         unit, norms = normalise_rows(reports.updates)
         return Aggregate(w @ unit, state, {"mean_update_norm": float(norms.mean())}, weights=w)
