@@ -36,12 +36,10 @@ class BiasAttack:
             raise ConfigError(f"bias attack on={self.on!r} is not 'mean' or 'total'")
 
     def apply(self, reports: ClientUpdates) -> ClientUpdates:
-        rows = _rows(reports, self.client)
-        if not rows:
+        shift = _attacker_rows(reports, self.client, 0.0, lambda r: self.bias / float(reports.num_samples[r])
+                               if self.on == "total" else self.bias)
+        if shift is None:
             return reports
-        shift = torch.zeros(reports.m, dtype=torch.float64)
-        for r in rows:
-            shift[r] = self.bias / float(reports.num_samples[r]) if self.on == "total" else self.bias
         return reports.replace(**{k: _shift(getattr(reports, k), shift) for k in ("loss_before", "loss_after")})
 
 
@@ -56,11 +54,9 @@ class ScalingAttack:
             raise ConfigError(f"scaling attack factor must be > 0, got {self.factor}")
 
     def apply(self, reports: ClientUpdates) -> ClientUpdates:
-        rows = _rows(reports, self.client)
-        if not rows:
+        scale = _attacker_rows(reports, self.client, 1.0, lambda r: self.factor)
+        if scale is None:
             return reports
-        scale = torch.ones(reports.m, dtype=torch.float64)
-        scale[rows] = self.factor
         updates = reports.updates * scale.to(reports.updates.dtype).unsqueeze(1)
         losses = {k: None if getattr(reports, k) is None else (getattr(reports, k).double() * scale).to(getattr(reports, k).dtype)
                   for k in ("loss_before", "loss_after")}
@@ -83,8 +79,16 @@ def make_attack(spec: Mapping[str, Any]) -> Attack:
         raise ConfigError(f"bad options for a {kind} attack: {e}") from None
 
 
-def _rows(reports: ClientUpdates, client: int) -> list[int]:
-    return [i for i, k in enumerate(reports.clients) if int(k) == client]
+def _attacker_rows(reports: ClientUpdates, client: int, default: float, value) -> torch.Tensor | None:
+    """A per-row float64 vector: ``value(row)`` on the attacker's rows, ``default`` elsewhere;
+    None if the attacker did not take part in this round."""
+    rows = [i for i, k in enumerate(reports.clients) if int(k) == client]
+    if not rows:
+        return None
+    v = torch.full((reports.m,), default, dtype=torch.float64)
+    for r in rows:
+        v[r] = value(r)
+    return v
 
 
 def _shift(losses: torch.Tensor | None, shift: torch.Tensor) -> torch.Tensor | None:
