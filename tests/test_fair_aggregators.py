@@ -250,3 +250,40 @@ def test_config_rejects_bad_attack_and_sampling_settings(changes, match):
     base = ExperimentConfig(partition=PartitionSpec("iid", num_clients=3))
     with pytest.raises(ConfigError, match=match):
         base.replace(**changes).validate()
+
+
+# ----------------------------------------------------------------------------- end to end, real data
+
+def _adult(**changes):
+    from fairfl import LocalTraining, PartitionSpec
+    base = ExperimentConfig(
+        dataset="adult", model="logreg",
+        partition=PartitionSpec("attribute", num_clients=2, attribute_values=(0, 1), split=None),
+        local=LocalTraining(epochs=1, batch_size=500, lr=0.1), rounds=3, clients_per_round=2, eval_every=1)
+    return base.replace(**changes)
+
+
+def test_bias_attack_leaves_whole_fedmgda_plus_runs_unchanged_bit_for_bit():
+    from fairfl.simulation import simulate
+    honest = simulate(_adult(algorithm="fedmgda_plus", algorithm_options={"eps": 0.1}), progress=False)
+    attacked = simulate(_adult(algorithm="fedmgda_plus", algorithm_options={"eps": 0.1},
+                               attacks=({"kind": "bias", "client": 1, "bias": 1e4},)), progress=False)
+    assert honest.test_acc == attacked.test_acc and honest.train_loss == attacked.train_loss
+    # ... whereas AFL, which reads the reported losses, changes
+    afl = simulate(_adult(algorithm="afl", algorithm_options={"lr_lambda": 0.5}), progress=False)
+    afl_attacked = simulate(_adult(algorithm="afl", algorithm_options={"lr_lambda": 0.5},
+                                   attacks=({"kind": "bias", "client": 1, "bias": 1.0},)), progress=False)
+    assert afl.train_loss != afl_attacked.train_loss
+
+
+def test_eps_zero_run_equals_fedavg_n_run_bit_for_bit():
+    from fairfl.simulation import simulate
+    a = simulate(_adult(algorithm="fedmgda_plus", algorithm_options={"eps": 0.0}, decay=0.5), progress=False)
+    b = simulate(_adult(algorithm="fedavg_n", decay=0.5), progress=False)
+    assert a.test_acc == b.test_acc and a.train_loss == b.train_loss
+
+
+def test_phd_only_baseline_trains_only_the_eligible_client():
+    from fairfl.simulation import simulate
+    h = simulate(_adult(algorithm="fedavg", eligible_clients=(1,), clients_per_round=1), progress=False)
+    assert h.sampled == [[1], [1], [1]]
