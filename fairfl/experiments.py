@@ -129,7 +129,10 @@ def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None
     """Run many configs (validated first, all of them, before any training), each once even if
     listed twice. Returns their histories in the given order. If some fail, the others are kept
     in the cache, and a RunFailedError lists the failures (or, with
-    ``raise_on_failure=False``, their places hold None)."""
+    ``raise_on_failure=False``, their places hold None).
+
+    The process backend spawns its workers: from a Python *script* (not a notebook), call
+    ``run_many`` under ``if __name__ == "__main__":``, or every worker re-runs the script."""
     configs = [c.validate() for c in configs]
     todo = list({c.key(): c for c in configs if not is_cached(c, root)}.values())
     failures: dict[str, str] = {}
