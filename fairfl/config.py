@@ -59,12 +59,12 @@ class ExperimentConfig:
             bad = [k for k in self.eligible_clients if not 0 <= k < n]
             if bad or not self.eligible_clients:
                 raise ConfigError(f"eligible_clients must be non-empty client ids in [0, {n}), got {self.eligible_clients}")
-        for spec in self.attacks:
-            attack = make_attack(spec)
+        attacks = [make_attack(spec) for spec in self.attacks]
+        for attack in attacks:
             if not 0 <= attack.client < n:
                 raise ConfigError(f"attack client {attack.client} is not a client id in [0, {n})")
         pool = len(self.eligible_clients) if self.eligible_clients is not None else n
-        attackers = {make_attack(spec).client for spec in self.attacks if make_attack(spec).every_round}
+        attackers = {a.client for a in attacks if a.every_round}
         if len(attackers) > self.num_sampled:
             raise ConfigError(f"{len(attackers)} attackers take part in every round but only "
                               f"{self.num_sampled} clients are sampled per round")

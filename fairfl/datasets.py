@@ -17,7 +17,6 @@ import hashlib
 import importlib.util
 import os
 import shutil
-import tempfile
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .atomic import atomic_write
 from .errors import ConfigError, DatasetNotFoundError
 from .paths import data_root
 
@@ -98,20 +98,6 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _atomic_write(dest: Path, write: Callable[[Path], None]) -> None:
-    """Write through a temporary file in the same folder, then rename: a crash never leaves a
-    half-written file under the final name."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def _download(url: str, dest: Path, sha256: str, timeout: float = 30.0) -> None:
     def write(tmp: Path) -> None:
         with urllib.request.urlopen(url, timeout=timeout) as r, open(tmp, "wb") as f:
@@ -119,7 +105,7 @@ def _download(url: str, dest: Path, sha256: str, timeout: float = 30.0) -> None:
         got = _sha256(tmp)
         if got != sha256:
             raise DatasetNotFoundError(f"checksum mismatch for {url}: sha256 {got}, expected {sha256}")
-    _atomic_write(dest, write)
+    atomic_write(dest, write)
 
 
 def _normalise(x_train: torch.Tensor, x_test: torch.Tensor, how: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,7 +136,7 @@ def _stage_idx_files(folder: Path, offline_dirs: list[Path]) -> str | None:
                 def write(tmp: Path, f=f) -> None:
                     with gzip.open(src / f"{f}.gz", "rb") as fin, open(tmp, "wb") as fout:
                         shutil.copyfileobj(fin, fout)
-                _atomic_write(folder / f, write)
+                atomic_write(folder / f, write)
             return str(src)
     return None
 

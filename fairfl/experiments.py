@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 from .config import ExperimentConfig
 from .errors import RunFailedError
 from .paths import results_root
-from .simulation import CHECKPOINT, History, atomic_write, simulate
+from .atomic import atomic_write
+from .simulation import CHECKPOINT, History, simulate
 
 try:
     from tqdm.auto import tqdm

@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .paths import figures_root
-from .simulation import History, atomic_write
+from .atomic import atomic_write
+from .simulation import History
 
 
 def use_style() -> None:

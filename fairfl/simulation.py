@@ -9,8 +9,6 @@ uninterrupted run would (tested).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +18,7 @@ import numpy as np
 import torch
 
 from .algorithms import make_algorithm
+from .atomic import atomic_write
 from .attacks import make_attack
 from .config import ExperimentConfig
 from .datasets import load_dataset
@@ -80,7 +79,10 @@ class History:
         arrays = {"test_acc": self.acc(), "test_loss": np.asarray(self.test_loss, dtype=np.float64),
                   "sampled": np.asarray(self.sampled, dtype=np.int64)}
         scalars = {k: v for k, v in self.to_state().items() if k not in arrays}
-        atomic_write(folder / "history.npz", lambda p: np.savez_compressed(open(p, "wb"), **arrays))
+        def write_npz(p: Path) -> None:
+            with open(p, "wb") as f:  # a file object: given a path, numpy would append ".npz"
+                np.savez_compressed(f, **arrays)
+        atomic_write(folder / "history.npz", write_npz)
         atomic_write(folder / "history.json", lambda p: Path(p).write_text(json.dumps(scalars, indent=1)))
 
     @classmethod
@@ -89,21 +91,6 @@ class History:
         with np.load(folder / "history.npz", allow_pickle=False) as z:
             arrays = {k: z[k].tolist() for k in z.files}
         return cls(**scalars, **arrays)
-
-
-def atomic_write(dest: Path, write) -> None:
-    """Write via a temporary file in the same folder and rename it into place, so a crash or a
-    full disk never leaves a half-written checkpoint, history or figure."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 # ----------------------------------------------------------------------------- randomness
