@@ -61,8 +61,7 @@ def forward(model: nn.Module, params: Sequence[torch.Tensor], x: torch.Tensor) -
             bias = next(it) if layer.bias is not None else None
             h = torch.bmm(h, w.transpose(1, 2)) if bias is None else torch.baddbmm(bias.unsqueeze(1), h, w.transpose(1, 2))
         elif isinstance(layer, nn.MaxPool2d):
-            h = F.max_pool2d(h.contiguous(memory_format=_CL), layer.kernel_size, layer.stride, layer.padding,
-                             layer.dilation, layer.ceil_mode)
+            h = _max_pool(h, layer)
         elif isinstance(layer, nn.LocalResponseNorm):
             # normalises across neighbouring channels: per client, never across two clients
             _, mc, hh, ww = h.shape
@@ -75,6 +74,20 @@ def forward(model: nn.Module, params: Sequence[torch.Tensor], x: torch.Tensor) -
         else:  # pragma: no cover - guarded by supports()
             raise TypeError(f"unsupported layer {type(layer).__name__}")
     return _to_flat(h, kind, m, b)
+
+
+def _max_pool(h: torch.Tensor, layer: nn.MaxPool2d) -> torch.Tensor:
+    """Max-pooling. Without autograd (evaluation) a 2×2, stride-2 pool is taken as the maximum of
+    four strided views, about 4× faster than ``max_pool2d`` on a small CPU and exactly equal (a
+    maximum is exact); with autograd, ``max_pool2d`` keeps PyTorch's tie-breaking in the backward."""
+    plain_2x2 = (layer.kernel_size in (2, (2, 2)) and layer.stride in (2, (2, 2)) and layer.padding in (0, (0, 0))
+                 and layer.dilation in (1, (1, 1)) and not layer.ceil_mode)
+    if plain_2x2 and not torch.is_grad_enabled():
+        h = h[..., : h.shape[-2] // 2 * 2, : h.shape[-1] // 2 * 2]   # floor mode drops an odd last row/column
+        return torch.maximum(torch.maximum(h[..., 0::2, 0::2], h[..., 0::2, 1::2]),
+                             torch.maximum(h[..., 1::2, 0::2], h[..., 1::2, 1::2]))
+    return F.max_pool2d(h.contiguous(memory_format=_CL), layer.kernel_size, layer.stride, layer.padding,
+                        layer.dilation, layer.ceil_mode)
 
 
 def _to_flat(h: torch.Tensor, kind: str, m: int, b: int) -> torch.Tensor:

@@ -297,3 +297,14 @@ def test_batched_equals_sequential_for_other_models(shards_fed):
     a = train_clients_batched(model, w, shards_fed.clients, [2, 50, 61], CFG, seed=0, round_=0)
     b = train_clients_sequential(model, w, shards_fed.clients, [2, 50, 61], CFG, seed=0, round_=0)
     assert_same_updates(a, b)
+
+
+@pytest.mark.parametrize("hw", [(8, 8), (7, 9)])
+def test_evaluation_max_pool_equals_max_pool2d(hw):
+    """The no-grad 2×2 pool of the fused forward (strided maxima) equals max_pool2d exactly,
+    odd sizes included (floor mode drops the last row/column)."""
+    h = torch.randn(3, 4, *hw, generator=torch.Generator().manual_seed(1))
+    layer = torch.nn.MaxPool2d(2)
+    with torch.no_grad():
+        assert torch.equal(stacked._max_pool(h, layer), F.max_pool2d(h, 2))
+    assert torch.equal(stacked._max_pool(h, layer), F.max_pool2d(h, 2))   # autograd path
