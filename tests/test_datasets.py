@@ -1,10 +1,12 @@
 """The real offline datasets: sizes, shapes, encodings, and the availability report."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import fairfl.datasets as datasets
 from fairfl.datasets import load_dataset, report
+from fairfl.errors import ConfigError
 from fairfl.paths import data_root, results_root
 
 
@@ -43,6 +45,20 @@ def test_fashion_mnist_unnormalised(fmnist):
     # the normalised copy is an affine map of the raw one
     mean, std = raw.x_train.mean(), raw.x_train.std()
     torch.testing.assert_close(fmnist.x_test[:50], (raw.x_test[:50] - mean) / std, rtol=1e-4, atol=1e-4)
+
+
+def test_class_subset_relabels_in_the_given_order(fmnist):
+    three = load_dataset("fashion_mnist", classes=(6, 2, 0))      # q-FFL: shirt, pullover, T-shirt
+    assert three.num_classes == 3 and three.class_names[0] == fmnist.class_names[6]
+    assert (len(three.y_train), len(three.y_test)) == (18000, 3000)
+    for new, old in enumerate((6, 2, 0)):
+        assert torch.equal(three.x_test[three.y_test == new], fmnist.x_test[fmnist.y_test == old])
+
+
+@pytest.mark.parametrize("classes", [(6, 6), (10,), (-1, 2)])
+def test_class_subset_rejects_bad_classes(fmnist, classes):
+    with pytest.raises(ConfigError, match="classes"):
+        load_dataset("fashion_mnist", classes=classes)
 
 
 def test_adult():
