@@ -12,22 +12,29 @@ special cases. Unknown names and bad options fail here, before any data is loade
 | mgda_prox      | FedMGDA+ §6 (FedMGDA+ with prox)        | FedMGDAPlus(ε)        | SGD + prox       |
 | qfedavg        | Li et al. 2020 (q-FFL), Algorithm 3     | QFedAvg(q, L)         | SGD              |
 | afl            | Mohri et al. 2019                       | AFL(γ_λ)              | SGD              |
+| fedfv          | Wang et al. 2021 (FedFV), Algorithms 1–3 | FedFV(α, τ, order)   | SGD              |
+| dqnfed         | Mohajer Hamidi (DQN-Fed), Algorithm 1   | DQNFed                | gradient + BFGS d̃ₖ |
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from .aggregators import AFL, Aggregator, FedAvg, FedAvgN, FedMGDAPlus, QFedAvg, fedmgda
+from .aggregators import AFL, Aggregator, DQNFed, FedAvg, FedAvgN, FedFV, FedMGDAPlus, QFedAvg, fedmgda
 from .errors import ConfigError
 from .local import LocalTraining
+from .quasi_newton import dqnfed_client_updates
 
 
 @dataclass(frozen=True)
 class Algorithm:
+    """``client_update`` replaces the clients' local training when an algorithm's clients do
+    something else than SGD epochs (DQN-Fed: gradients and BFGS rates); it is called as
+    ``client_update(model, w, w_previous, data, clients, local, seed, round, batched, loss_before)``."""
     name: str
     aggregator: Aggregator
     local_overrides: dict[str, Any] = field(default_factory=dict)
+    client_update: Callable[..., Any] | None = None
 
     def local_training(self, base: LocalTraining) -> LocalTraining:
         return replace(base, **self.local_overrides)
@@ -57,6 +64,8 @@ REGISTRY: dict[str, Callable[..., Algorithm]] = {
     "mgda_prox": lambda local, mu=0.1, **kw: Algorithm("mgda_prox", FedMGDAPlus(**kw), _prox(mu)),
     "qfedavg": _qfedavg,
     "afl": lambda local, **kw: Algorithm("afl", AFL(**kw)),
+    "fedfv": lambda local, **kw: Algorithm("fedfv", FedFV(**kw)),
+    "dqnfed": lambda local, **kw: Algorithm("dqnfed", DQNFed(**kw), client_update=dqnfed_client_updates),
 }
 
 

@@ -90,3 +90,13 @@ def summary(acc, fraction: float = 0.1) -> dict[str, float]:
     return {"mean": mean(acc), "std": std(acc), f"worst{pct}%": worst(acc, fraction),
             f"best{pct}%": best(acc, fraction), "p5": percentile(acc, 5),
             "p95": percentile(acc, 95), "angle": angle_to_uniform(acc), "kl": kl_to_uniform(acc)}
+
+
+def rounds_to_reach(rounds, values, threshold: float, above: bool = True) -> float:
+    """The first evaluated round at which ``values`` reaches ``threshold`` (≥ it, or ≤ it with
+    ``above=False``); NaN if it never does. The answer is only as fine as the evaluation grid."""
+    r, v = np.asarray(rounds, dtype=np.float64), _vec(values)
+    if r.shape != v.shape:
+        raise ValueError(f"{r.size} rounds for {v.size} values")
+    hit = np.nonzero(v >= threshold if above else v <= threshold)[0]
+    return float(r[hit[0]]) if hit.size else float("nan")

@@ -140,8 +140,8 @@ CHECKPOINT = "checkpoint.pt"
 
 
 def save_checkpoint(folder: Path, config: ExperimentConfig, round_: int, params: torch.Tensor,
-                    agg_state: dict, history: History) -> None:
-    blob = {"config_key": config.key(), "round": round_, "params": params,
+                    agg_state: dict, history: History, previous_params: torch.Tensor | None = None) -> None:
+    blob = {"config_key": config.key(), "round": round_, "params": params, "previous_params": previous_params,
             "agg_state": agg_state, "history": history.to_state()}
     atomic_write(Path(folder) / CHECKPOINT, lambda p: torch.save(blob, p))
 
@@ -195,9 +195,11 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
     history = History(config.to_dict())
     start = 0
 
+    w_prev = None                      # the previous global model (DQN-Fed's clients use it)
     blob = load_checkpoint(checkpoint_dir, config) if checkpoint_dir else None
     if blob is not None:
         start, w, state = blob["round"], blob["params"], blob["agg_state"]
+        w_prev = blob.get("previous_params")
         history = History.from_state(blob["history"])
     else:
         set_flat_params(model, aggregator.eval_params(state, w))
@@ -213,8 +215,12 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
         t0 = time.perf_counter()
         clients = sample_clients(config.seed, t, n_clients, m, config.eligible_clients, forced)
         torch.manual_seed(_seed(config.seed, t, 0xD0))  # dropout uses the global generator
-        honest = train_clients(model, w, fed.clients, clients, local_cfg, config.seed, t, config.batched,
-                               loss_before=need_before, loss_after="loss_after" in aggregator.requires)
+        if algo.client_update is not None:
+            honest = algo.client_update(model, w, w_prev, fed.clients, clients, local_cfg, config.seed, t,
+                                        config.batched, loss_before=need_before)
+        else:
+            honest = train_clients(model, w, fed.clients, clients, local_cfg, config.seed, t, config.batched,
+                                   loss_before=need_before, loss_after="loss_after" in aggregator.requires)
         reports = honest
         for attack in attacks:  # what the server receives
             reports = attack.apply(reports)
@@ -230,7 +236,7 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
             after = mean_losses(model, [fed.clients[k].x_train for k in clients],
                                 [fed.clients[k].y_train for k in clients])
             improved = float((after <= honest.loss_before).double().mean())  # true losses, not reported ones
-        w, state = w_new, agg.state
+        w_prev, w, state = w, w_new, agg.state
         history.round_lr.append(lr)
         history.round_improved.append(improved)
         history.sampled.append([int(k) for k in clients])
@@ -249,6 +255,6 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
                 bar.set_postfix(acc=f"{np.nanmean(acc):.3f}", loss=f"{train:.3f}")
         history.round_time.append(time.perf_counter() - t0)
         if checkpoint_dir and (done % config.checkpoint_every == 0 or done == end):
-            save_checkpoint(checkpoint_dir, config, done, w, state, history)
+            save_checkpoint(checkpoint_dir, config, done, w, state, history, w_prev)
     set_flat_params(model, aggregator.eval_params(state, w))
     return history

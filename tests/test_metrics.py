@@ -112,3 +112,13 @@ def test_summary_row():
 def test_summary_key_names_the_fraction_used():
     s = metrics.summary(np.arange(100.0), 0.29)
     assert "worst29%" in s and "best29%" in s
+
+
+def test_rounds_to_reach():
+    rounds, acc = [0, 5, 10, 15], [0.1, 0.5, 0.7, 0.65]
+    assert metrics.rounds_to_reach(rounds, acc, 0.6) == 10
+    assert metrics.rounds_to_reach(rounds, acc, 0.1) == 0
+    assert math.isnan(metrics.rounds_to_reach(rounds, acc, 0.9))
+    assert metrics.rounds_to_reach(rounds, [1.0, 0.5, 0.009, 0.02], 1e-2, above=False) == 10
+    with pytest.raises(ValueError):
+        metrics.rounds_to_reach([0, 1], [0.5], 0.4)

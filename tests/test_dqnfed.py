@@ -1,0 +1,198 @@
+"""DQN-Fed (Mohajer Hamidi, TMLR): Theorem 4.1, the closed-form weights against the min-norm
+solver, the L-BFGS product against a dense BFGS matrix, the guards, and the client side on real
+Fashion-MNIST (gradients, rates, resume with the previous global model in the checkpoint)."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairfl import ConfigError, ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.aggregators import DQNFed
+from fairfl.aggregators.dqnfed import dqnfed_step
+from fairfl.algorithms import make_algorithm
+from fairfl.local import ClientUpdates
+from fairfl.minnorm import min_norm_weights
+from fairfl.models import build_model
+from fairfl.partition import federate
+from fairfl.quasi_newton import dqnfed_client_updates, full_batch_gradients, inverse_hessian_product, usable_pair
+from fairfl.simulation import load_checkpoint, simulate
+
+
+def gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def explicit_orthogonal_set(g, d):
+    """Eqs. (7)–(8) exactly as printed (classical Gram–Schmidt, divide by the denominators)."""
+    tilde = []
+    for k in range(len(g)):
+        num, den = g[k].clone(), d[k].clone()
+        for t in tilde:
+            num -= (g[k] @ t) / (t @ t) * t
+            den -= (g[k] @ t) / (t @ t)
+        tilde.append(num / den)
+    return torch.stack(tilde)
+
+
+# ----------------------------------------------------------------------------- the server
+
+@pytest.mark.parametrize("seed", range(4))
+def test_theorem_4_1_every_participant_descends_at_its_newton_rate(seed):
+    m, n = 6, 40
+    g = torch.randn(m, n, generator=gen(seed), dtype=torch.float64)
+    d = torch.rand(m, generator=gen(seed + 100), dtype=torch.float64) + 0.1
+    step, lam, eta, kept = dqnfed_step(g, d)
+    assert kept.all()
+    torch.testing.assert_close(g @ step, d, rtol=1e-9, atol=1e-12)          # gₖ·(ηₜ𝔡) = dₖ
+    torch.testing.assert_close(g @ (step / eta), d / eta, rtol=1e-9, atol=1e-12)   # gₖ·𝔡 = dₖ / Σ 1/‖g̃‖²
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_closed_form_lambda_is_the_min_norm_point_of_the_orthogonal_set(seed):
+    g = torch.randn(5, 12, generator=gen(seed), dtype=torch.float64)
+    d = torch.rand(5, generator=gen(seed + 7), dtype=torch.float64) + 0.5
+    tilde = explicit_orthogonal_set(g, d)
+    gram = (tilde @ tilde.T).numpy()
+    assert np.abs(gram - np.diag(np.diag(gram))).max() < 1e-9 * np.abs(gram).max()   # orthogonal
+    lam_qp = min_norm_weights(gram, np.full(5, 0.2), eps=1.0, solver="cvxpy")
+    step, lam, eta, _ = dqnfed_step(g, d)
+    np.testing.assert_allclose(lam.numpy(), lam_qp, atol=1e-6)
+    inv = 1 / (tilde * tilde).sum(1)
+    assert eta == pytest.approx(float(inv.sum()), rel=1e-10)                 # eq. (17)
+    torch.testing.assert_close(step, eta * (lam @ tilde), rtol=1e-9, atol=1e-12)
+
+
+def test_dependent_and_zero_gradients_are_left_out_and_nothing_is_nan():
+    a, b = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 1.0, 0.0])
+    g = torch.stack([a, b, 2 * a - b, torch.zeros(3), a + 1e-12 * torch.tensor([0.0, 0.0, 1.0])]).double()
+    d = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64)
+    step, lam, eta, kept = dqnfed_step(g, d)
+    assert kept.tolist() == [True, True, False, False, False]
+    assert torch.isfinite(step).all() and np.isfinite(eta)
+    torch.testing.assert_close(g[:2] @ step, d[:2])
+    assert lam[2:].eq(0).all() and lam.sum().item() == pytest.approx(1.0)
+
+
+def test_a_vanishing_denominator_just_drops_that_term():
+    # orthogonal gradients: cₖ = dₖ; dₖ = 0 would make g̃ₖ = rₖ/0 in eq. (8) as printed
+    g = torch.eye(3, dtype=torch.float64)
+    step, lam, eta, _ = dqnfed_step(g, torch.tensor([1.0, 0.0, 2.0], dtype=torch.float64))
+    torch.testing.assert_close(step, torch.tensor([1.0, 0.0, 2.0], dtype=torch.float64))
+    assert lam[1] == 0 and np.isfinite(eta)
+
+
+def test_all_zero_gradients_give_a_zero_step():
+    step, lam, eta, kept = dqnfed_step(torch.zeros(3, 4), torch.ones(3))
+    assert torch.equal(step, torch.zeros(4, dtype=torch.float64)) and eta == 0 and not kept.any()
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 6), n=st.integers(1, 8), seed=st.integers(0, 10_000),
+       scale=st.sampled_from([1e-12, 1.0, 1e12]))
+def test_step_is_finite_for_any_gradients(m, n, seed, scale):
+    g = torch.randn(m, n, generator=gen(seed), dtype=torch.float64) * scale
+    d = torch.rand(m, generator=gen(seed + 1), dtype=torch.float64) * scale ** 2
+    step, lam, eta, kept = dqnfed_step(g, d)
+    assert torch.isfinite(step).all() and torch.isfinite(lam).all() and np.isfinite(eta)
+    if kept.any():
+        torch.testing.assert_close(g[kept] @ step, d[kept], rtol=1e-6, atol=1e-9 * float(d.abs().max()))
+
+
+def test_aggregator_needs_the_rates_and_validates_its_option():
+    with pytest.raises(ValueError, match="dqn_d"):
+        DQNFed().aggregate(ClientUpdates(np.arange(2), torch.ones(2, 3), torch.ones(2)), {}, 0)
+    with pytest.raises(ConfigError, match="dependence_tol"):
+        make_algorithm("dqnfed", dependence_tol=0.0)
+
+
+# ----------------------------------------------------------------------------- BFGS
+
+def dense_bfgs_eq19(pairs, n):
+    """Eq. (19) as printed, a Hessian estimate, from B₀ = (1/γ) I; our B is its inverse."""
+    s, y = pairs[-1]
+    B = torch.eye(n, dtype=torch.float64) * (y @ y) / (s @ y)
+    for s, y in pairs:
+        Bs = B @ s
+        B = B - torch.outer(Bs, Bs) / (s @ Bs) + torch.outer(y, y) / (s @ y)
+    return B
+
+
+def test_two_loop_product_equals_the_inverse_of_the_dense_eq19_matrix():
+    n = 8
+    A = torch.randn(n, n, generator=gen(0), dtype=torch.float64)
+    A = A @ A.T + 0.5 * torch.eye(n, dtype=torch.float64)                   # an SPD Hessian
+    pairs = []
+    for i in range(4):
+        s = torch.randn(n, generator=gen(10 + i), dtype=torch.float64)
+        pairs.append((s, A @ s))
+    v = torch.randn(n, generator=gen(99), dtype=torch.float64)
+    H = torch.linalg.inv(dense_bfgs_eq19(pairs, n))
+    torch.testing.assert_close(inverse_hessian_product(v, pairs), H @ v, rtol=1e-8, atol=1e-10)
+    # the secant condition of the inverse estimate: B y = s for the newest pair
+    torch.testing.assert_close(inverse_hessian_product(pairs[-1][1], pairs), pairs[-1][0], rtol=1e-8, atol=1e-10)
+    # with n pairs on a quadratic, BFGS recovers the inverse Hessian on the last direction at least
+    assert float(v @ inverse_hessian_product(v, pairs)) > 0
+
+
+def test_no_pairs_means_identity_and_bad_curvature_is_detected():
+    v = torch.tensor([1.0, -2.0])
+    assert torch.equal(inverse_hessian_product(v, []), v)
+    s = torch.tensor([1.0, 0.0])
+    assert usable_pair(s, 2 * s) and not usable_pair(s, -s) and not usable_pair(s, torch.tensor([0.0, 1.0]))
+
+
+# ----------------------------------------------------------------------------- the client side, real data
+
+@pytest.fixture(scope="module")
+def three_class(fmnist):
+    from fairfl.datasets import load_dataset
+    ds = load_dataset("fashion_mnist", classes=(6, 2, 0))
+    return ds, federate(ds, PartitionSpec("one_class", num_clients=3, classes=(0, 1, 2), split=None))
+
+
+def test_clients_send_their_update_and_positive_rates(three_class):
+    ds, fed = three_class
+    model = build_model("mlp2", ds.input_shape, 3, seed=0)
+    w0 = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+    w1 = w0 - 0.01 * torch.randn(w0.shape, generator=gen(1))
+    local = LocalTraining(epochs=1, batch_size=None, lr=0.1)
+    out = dqnfed_client_updates(model, w1, w0, fed.clients, [0, 1, 2], local, 0, 1, batched=True, loss_before=True)
+    # E = 1, full batch: the update is η_l times the full-batch gradient at the global model
+    torch.nn.utils.vector_to_parameters(w1.clone(), model.parameters())
+    c = fed.clients[1]
+    loss = F.cross_entropy(model(c.x_train), c.y_train)
+    grad = torch.cat([p.reshape(-1) for p in torch.autograd.grad(loss, list(model.parameters()))])
+    torch.testing.assert_close(out.updates[1], 0.1 * grad, rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(full_batch_gradients(model, w1, fed.clients, [1], True)[0], grad, rtol=1e-4, atol=1e-6)
+    assert (out.extras["dqn_d"] > 0).all() and out.loss_before.shape == (3,)
+    # the rate is uᵀBu with B from the one pair (θ¹ − θ⁰, ∇f(θ¹) − ∇f(θ⁰)); a random step on a
+    # non-convex loss can have sᵀy ≤ 0, and then the pair is skipped and B = I
+    u = out.updates.double()
+    g1 = full_batch_gradients(model, w1, fed.clients, [0, 1, 2], True).double()
+    g0 = full_batch_gradients(model, w0, fed.clients, [0, 1, 2], True).double()
+    s = (w1 - w0).double()
+    for r in range(3):
+        pair = [(s, g1[r] - g0[r])] if usable_pair(s, g1[r] - g0[r]) else []
+        assert out.extras["bfgs_skipped"][r] == float(not pair)
+        torch.testing.assert_close(out.extras["dqn_d"][r], u[r] @ inverse_hessian_product(u[r], pair))
+    # round 0 (no previous model): B = I, so d̃ₖ = ‖uₖ‖²
+    first = dqnfed_client_updates(model, w1, None, fed.clients, [0, 1, 2], local, 0, 0)
+    torch.testing.assert_close(first.extras["dqn_d"], (first.updates.double() ** 2).sum(1), rtol=1e-6, atol=0)
+
+
+DQN = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (6, 2, 0)}, model="mlp2",
+                       partition=PartitionSpec("one_class", num_clients=3, classes=(0, 1, 2), split=None),
+                       local=LocalTraining(epochs=2, batch_size=None, lr=0.1), algorithm="dqnfed",
+                       rounds=4, participation=1.0, eval_every=2, checkpoint_every=2, track_improved=True)
+
+
+def test_dqnfed_run_resumes_exactly_with_the_previous_model(three_class, tmp_path):
+    full = simulate(DQN, checkpoint_dir=tmp_path / "a", progress=False)
+    simulate(DQN, checkpoint_dir=tmp_path / "b", progress=False, stop_after=2)
+    assert load_checkpoint(tmp_path / "b", DQN)["previous_params"] is not None
+    resumed = simulate(DQN, checkpoint_dir=tmp_path / "b", progress=False)
+    assert resumed.train_loss == full.train_loss and resumed.info == full.info
+    assert resumed.round_improved == full.round_improved
+    assert full.train_loss[-1] < full.train_loss[0]
