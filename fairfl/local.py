@@ -17,6 +17,11 @@ Two paths compute the same thing:
 Both paths draw each client's batch order from the same per-client generator, so on a model
 without dropout they agree to float tolerance (tested). Dropout under ``vmap`` draws from the
 global torch generator, which the round loop seeds per round for determinism.
+
+Recurrent models (the Shakespeare character LSTM) cannot be stacked: ``vmap`` has no batching
+rule for ``aten::lstm`` in this torch (it raises "Batching rule not implemented for
+aten::lstm.input"), so :func:`train_clients_batched` hands them to the reference loop
+(:func:`can_batch`).
 """
 from __future__ import annotations
 
@@ -195,6 +200,16 @@ def train_clients_sequential(model: nn.Module, global_flat: torch.Tensor, data: 
 
 # ----------------------------------------------------------------------------- batched path
 
+# Modules whose forward torch.func.vmap cannot batch: aten::lstm / gru / rnn have no batching
+# rule and no fallback ("Batching rule not implemented for aten::lstm.input", torch 2.x).
+_NOT_VMAPPABLE = (nn.RNNBase,)
+
+
+def can_batch(model: nn.Module) -> bool:
+    """Whether the clients' copies of ``model`` can train as one stack (fused kernels or vmap)."""
+    return stacked_forward.supports(model) or not any(isinstance(m, _NOT_VMAPPABLE) for m in model.modules())
+
+
 def _stacked_losses(model, names, stacked: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor):
     """Per-client mean losses of stacked models on (m, b, ...) inputs: fused kernels for the
     papers' Sequential models (``fairfl.stacked``), ``torch.func.vmap`` for any other model."""
@@ -242,7 +257,12 @@ def _train_group(model: nn.Module, names: list[str], global_params: list[torch.T
 def train_clients_batched(model: nn.Module, global_flat: torch.Tensor, data: Sequence[Client],
                           clients: Sequence[int], cfg: LocalTraining, seed: int, round_: int,
                           loss_before: bool = True, loss_after: bool = True) -> ClientUpdates:
-    """The sampled clients train together (see the module docstring)."""
+    """The sampled clients train together (see the module docstring). A model that cannot be
+    stacked (:func:`can_batch`: an LSTM) trains through the reference loop instead, which
+    computes the same updates one client at a time."""
+    if not can_batch(model):
+        return train_clients_sequential(model, global_flat, data, clients, cfg, seed, round_,
+                                        loss_before, loss_after)
     set_flat_params(model, global_flat)
     names = [n for n, _ in model.named_parameters()]
     global_params = [p.detach() for p in model.parameters()]

@@ -1,6 +1,7 @@
-"""The papers' models, built by name. Each keeps its layers in one ``nn.Sequential`` called
-``net``, which lets ``fairfl.stacked`` train many clients' copies at once with fused kernels.
- Every model outputs logits: the loss applies the softmax
+"""The papers' models, built by name. The feed-forward ones keep their layers in one
+``nn.Sequential`` called ``net``, which lets ``fairfl.stacked`` train many clients' copies at
+once with fused kernels; the character LSTM does not (see ``fairfl.local`` for its path).
+Every model outputs logits: the loss applies the softmax
 (a softmax layer followed by cross-entropy is a double softmax that compresses losses and
 changes loss-ordered methods such as FedFV and q-FedAvg; REPRODUCTION.md, known traps)."""
 from __future__ import annotations
@@ -93,6 +94,25 @@ class LogisticRegression(nn.Module):
         return self.net(x)
 
 
+class CharLSTM(nn.Module):
+    """The Shakespeare next-character model of LEAF / q-FFL / FedMGDA+ §6.1.3 (after McMahan et
+    al. 2017): each input character embedded in 8 dimensions, two stacked LSTM layers of 256
+    units, and one dense layer from the last time step's output to the vocabulary (logits).
+    With the 81-character vocabulary of ``fairfl.shakespeare``: 820,185 parameters (embedding
+    648, LSTM 272,384 + 526,336 with PyTorch's two bias vectors per layer, dense 20,817)."""
+
+    def __init__(self, vocab_size: int, num_classes: int, embed_dim: int = 8, hidden: int = 256,
+                 layers: int = 2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, embed_dim)
+        self.lstm = nn.LSTM(embed_dim, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, num_classes)
+
+    def forward(self, x):
+        out, _ = self.lstm(self.embed(x))          # (batch, time, hidden)
+        return self.head(out[:, -1])
+
+
 def _numel(shape: tuple[int, ...]) -> int:
     n = 1
     for s in shape:
@@ -107,10 +127,14 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "cnn_femnist": lambda shape, nc, **kw: FemnistCNN(nc, **kw),
     "mlp2": lambda shape, nc, **kw: MLP(_numel(shape), nc, **kw),
     "logreg": lambda shape, nc, **kw: LogisticRegression(_numel(shape), nc, **kw),
+    # input and output vocabularies are the same characters
+    "lstm_shakespeare": lambda shape, nc, **kw: CharLSTM(nc, nc, **kw),
 }
 
 # Input shapes the image models are built for.
 _EXPECTED_SHAPE = {"cnn_cifar10": (3, 32, 32), "cnn_fmnist": (1, 28, 28), "cnn_femnist": (1, 28, 28)}
+# Models that read int64 token sequences of any length.
+_SEQUENCE_MODELS = ("lstm_shakespeare",)
 
 
 def check_model_name(name: str) -> None:
@@ -125,6 +149,9 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int,
     expected = _EXPECTED_SHAPE.get(name)
     if expected is not None and tuple(input_shape) != expected:
         raise ConfigError(f"model {name!r} takes inputs of shape {expected}, the data has {tuple(input_shape)}")
+    if name in _SEQUENCE_MODELS and len(tuple(input_shape)) != 1:
+        raise ConfigError(f"model {name!r} takes sequences of token indices, shape (length,); "
+                          f"the data has {tuple(input_shape)}")
     if seed is None:
         return MODELS[name](tuple(input_shape), num_classes, **options)
     with torch.random.fork_rng(devices=[]):

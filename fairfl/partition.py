@@ -92,6 +92,24 @@ def by_attribute(groups: np.ndarray, values: Sequence[int]) -> list[np.ndarray]:
     return out
 
 
+def natural(groups: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """The dataset's own clients (LEAF: one per speaking role of a play): client k holds every
+    sample of one group. With more groups than ``num_clients``, that many are drawn at random
+    (q-FFL / DQN-Fed subsample 31 roles); the chosen groups keep their order, and each client's
+    indices are ascending (for Shakespeare: text order)."""
+    groups = np.asarray(groups)
+    values, counts = np.unique(groups, return_counts=True)
+    if num_clients < 1:
+        raise ConfigError(f"num_clients must be >= 1, got {num_clients}")
+    if num_clients > len(values):
+        raise ConfigError(f"num_clients={num_clients}, but the dataset has only {len(values)} groups "
+                          f"(natural clients); num_clients={len(values)} keeps them all")
+    chosen = np.sort(rng.choice(len(values), size=num_clients, replace=False))
+    order = np.argsort(groups, kind="stable")          # grouped, ascending within each group
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    return [order[bounds[g]:bounds[g + 1]] for g in chosen]
+
+
 def _check_clients(num_clients: int, num_samples: int) -> None:
     if num_clients < 1:
         raise ConfigError(f"num_clients must be >= 1, got {num_clients}")
@@ -106,7 +124,15 @@ def split_client(indices: np.ndarray, fractions: Sequence[float],
     """Shuffle one client's indices, then cut them by ``fractions`` (e.g. 0.8/0.1/0.1). The
     shuffle matters: FedMGDA+'s released code cut in index order, which after a label sort left
     each client a single-class test set."""
-    idx = rng.permutation(indices)
+    return split_in_order(rng.permutation(indices), fractions)
+
+
+def split_in_order(indices: np.ndarray, fractions: Sequence[float]) -> list[np.ndarray]:
+    """Cut one client's indices, in the order given, by ``fractions``. For sequence data
+    (Shakespeare's overlapping windows, in text order) this puts the first 80% of a role's text
+    in train and its end in val / test, so that no val / test target character lies inside a
+    training window; a shuffled split would have each test target inside its neighbours' inputs."""
+    idx = np.asarray(indices)
     cuts = np.floor(np.cumsum(fractions)[:-1] * len(idx) + 1e-9).astype(int)
     return [np.sort(p) for p in np.split(idx, cuts)]
 
@@ -118,7 +144,12 @@ class PartitionSpec:
     """How to federate a dataset. ``scheme`` is one of ``SCHEMES``; ``split`` is the per-client
     (train, val, test) fractions of each client's share of the training file, or ``None`` to keep
     all of it for training and give each client the standard test file's samples of its own
-    class / attribute group (only for ``one_class`` and ``attribute``)."""
+    class / attribute group (only for ``one_class`` and ``attribute``).
+
+    ``natural`` makes the dataset's own groups the clients (Shakespeare: speaking roles):
+    ``num_clients`` of them, drawn with ``seed`` when the dataset has more; on sequence data
+    (``ArrayDataset.sequential``) each client's train / val / test is cut in text order
+    instead of after a shuffle (:func:`split_in_order`)."""
 
     scheme: str = "iid"
     num_clients: int = 100
@@ -143,7 +174,7 @@ class PartitionSpec:
             raise ConfigError("scheme 'one_class' needs classes=(...), one per client")
 
 
-SCHEMES = ("iid", "shards", "dirichlet", "one_class", "attribute")
+SCHEMES = ("iid", "shards", "dirichlet", "one_class", "attribute", "natural")
 
 
 @dataclass(frozen=True)
@@ -191,6 +222,10 @@ def partition_indices(ds: ArrayDataset, spec: PartitionSpec) -> list[np.ndarray]
         return dirichlet(labels, spec.num_clients, spec.beta, rng)
     if spec.scheme == "one_class":
         return one_class_per_client(labels, spec.classes)
+    if spec.scheme == "natural":
+        if ds.groups_train is None:
+            raise ConfigError(f"dataset {ds.name!r} has no groups (natural clients) for scheme 'natural'")
+        return natural(ds.groups_train, spec.num_clients, rng)
     if ds.groups_train is None:
         raise ConfigError(f"dataset {ds.name!r} has no attribute groups for scheme 'attribute'")
     return by_attribute(ds.groups_train, spec.attribute_values)
@@ -213,9 +248,11 @@ def federate(ds: ArrayDataset, spec: PartitionSpec) -> FederatedData:
             clients.append(Client(ds.x_train[i], ds.y_train[i], ds.x_train[empty], ds.y_train[empty],
                                   ds.x_test[t], ds.y_test[t]))
         return FederatedData(ds, spec, clients, parts)
+    in_order = spec.scheme == "natural" and ds.sequential
     train_parts = []
     for idx in parts:
-        tr, va, te = (torch.from_numpy(p) for p in split_client(idx, spec.split, split_rng))
+        cut = split_in_order(idx, spec.split) if in_order else split_client(idx, spec.split, split_rng)
+        tr, va, te = (torch.from_numpy(p) for p in cut)
         train_parts.append(tr.numpy())
         clients.append(Client(ds.x_train[tr], ds.y_train[tr], ds.x_train[va], ds.y_train[va],
                               ds.x_train[te], ds.y_train[te]))

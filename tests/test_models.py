@@ -29,7 +29,8 @@ def test_parameter_counts_dropout_free_and_small_models():
 
 
 def test_every_registered_model_is_covered():
-    assert set(MODELS) == set(SHAPES)
+    # the character LSTM reads int64 token windows, not float inputs: tests/test_shakespeare.py
+    assert set(MODELS) == set(SHAPES) | {"lstm_shakespeare"}
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))
