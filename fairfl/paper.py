@@ -49,3 +49,20 @@ FEDFV_TABLE4: dict[str, dict[str, float]] = {
     "fashion_mnist": {"loss": 13.76, "random": 20.14, "reverse": 22.05},
     "cifar10": {"loss": 13.19, "random": 14.12, "reverse": 16.28},
 }
+
+# FMOL Table 2 (MultiMNIST, M = 10 clients × 256 samples, η_L = η_t = 0.1): communication rounds
+# needed for a training loss of 10⁻², (task L, task R), by data partition and local steps K.
+# The paper gives neither the batch size of this table nor its number of seeds.
+FMOL_TABLE2: dict[tuple[str, int], tuple[int, int]] = {
+    ("iid", 1): (82, 84), ("iid", 5): (18, 20), ("iid", 10): (10, 9), ("iid", 20): (5, 5),
+    ("non-iid", 1): (96, 82), ("non-iid", 5): (24, 20), ("non-iid", 10): (13, 10), ("non-iid", 20): (6, 5),
+}
+
+# DQN-Fed Table 6, Shakespeare setup 1 (31 speaking roles, all participating, E = 1, 500 rounds,
+# 5 seeds): mean client test accuracy %, std, worst 10 %, best 10 %.
+DQNFED_TABLE6_SETUP1: dict[str, tuple[float, float, float, float]] = {
+    "FedAvg": (53.21, 9.25, 51.01, 58.41),
+    "q-FFL": (53.90, 7.52, 51.52, 58.47),
+    "FedMGDA": (53.08, 8.14, 52.84, 58.51),
+    "DQN-Fed": (61.65, 6.55, 53.79, 64.86),
+}

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .algorithms import make_algorithm
-from .atomic import atomic_write
+from .atomic import atomic_write, read_json_npz, write_json_npz
 from .attacks import make_attack
 from .config import ExperimentConfig
 from .datasets import load_dataset
@@ -79,18 +79,12 @@ class History:
         arrays = {"test_acc": self.acc(), "test_loss": np.asarray(self.test_loss, dtype=np.float64),
                   "sampled": np.asarray(self.sampled, dtype=np.int64)}
         scalars = {k: v for k, v in self.to_state().items() if k not in arrays}
-        def write_npz(p: Path) -> None:
-            with open(p, "wb") as f:  # a file object: given a path, numpy would append ".npz"
-                np.savez_compressed(f, **arrays)
-        atomic_write(folder / "history.npz", write_npz)
-        atomic_write(folder / "history.json", lambda p: Path(p).write_text(json.dumps(scalars, indent=1)))
+        write_json_npz(folder, scalars, arrays)
 
     @classmethod
     def load(cls, folder: Path) -> "History":
-        scalars = json.loads((folder / "history.json").read_text())
-        with np.load(folder / "history.npz", allow_pickle=False) as z:
-            arrays = {k: z[k].tolist() for k in z.files}
-        return cls(**scalars, **arrays)
+        scalars, arrays = read_json_npz(folder)
+        return cls(**scalars, **{k: v.tolist() for k, v in arrays.items()})
 
 
 # ----------------------------------------------------------------------------- randomness
