@@ -135,21 +135,34 @@ def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None
     The process backend spawns its workers: from a Python *script* (not a notebook), call
     ``run_many`` under ``if __name__ == "__main__":``, or every worker re-runs the script."""
     configs = [c.validate() for c in configs]
-    todo = list({c.key(): c for c in configs if not is_cached(c, root)}.values())
+    backend = backend or (SerialBackend() if sum(not is_cached(c, root) for c in configs) <= 1 else default_backend())
+    return run_sweep(configs, _worker_run, lambda c: is_cached(c, root), lambda c: History.load(run_dir(c, root)),
+                     backend, root, progress, raise_on_failure)
+
+
+def run_sweep(configs: Sequence[Any], worker: Callable[[tuple[dict, str | None]], str],
+              cached: Callable[[Any], bool], load: Callable[[Any], Any], backend: Backend,
+              root: Path | None = None, progress: bool = True, raise_on_failure: bool = True,
+              what: str = "runs") -> list[Any]:
+    """The loop every kind of sweep shares (the round-loop runs here, FMOL's in ``fairfl.fmol``):
+    send the validated, not yet cached configs (each once) to ``backend`` as
+    ``worker((config.to_dict(), root))``, then ``load`` every config's result in order. Failed
+    runs are collected and raised together (or hold None), the others stay cached."""
+    todo = list({c.key(): c for c in configs if not cached(c)}.values())
     failures: dict[str, str] = {}
     if todo:
-        backend = backend or (SerialBackend() if len(todo) == 1 else default_backend())
-        bar = tqdm(total=len(todo), desc="runs", disable=not progress) if tqdm else None
+        # no explicit disable=False: TQDM_DISABLE=1 (CI, stored outputs) must still switch the bar off
+        bar = tqdm(total=len(todo), desc=what, **({} if progress else {"disable": True})) if tqdm else None
         items = [(c.to_dict(), str(root) if root else None) for c in todo]
-        for i, result in backend.submit_all(_worker_run, items):
+        for i, result in backend.submit_all(worker, items):
             if isinstance(result, _Failure):
                 failures[todo[i].key()] = f"{todo[i].label()}: {type(result.error).__name__}: {result.error}"
             if bar is not None:
                 bar.update(1)
         if bar is not None:
             bar.close()
-    out = [None if c.key() in failures else History.load(run_dir(c, root)) for c in configs]
+    out = [None if c.key() in failures else load(c) for c in configs]
     if failures and raise_on_failure:
-        raise RunFailedError(f"{len(failures)} of {len(todo)} runs failed (the others are cached):\n  " +
+        raise RunFailedError(f"{len(failures)} of {len(todo)} {what} failed (the others are cached):\n  " +
                              "\n  ".join(failures.values()))
     return out

@@ -78,7 +78,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .atomic import atomic_write, read_json_npz, write_json_npz
-from .errors import ConfigError, RunFailedError, TrainingDivergedError
+from .errors import ConfigError, TrainingDivergedError
 from .minnorm import SOLVERS, min_norm_weights
 from .multitask import MultiTaskNet, ParamLayout, init_parameters, multi_lenet
 from .paths import results_root
@@ -676,23 +676,7 @@ def run_many(configs: Iterable[FMOLConfig], backend=None, root: Path | None = No
     """Many configs (all validated first), each trained once even if listed twice, on a backend
     of :mod:`fairfl.experiments` (default: serially in this process). Returns the histories in
     the order given; raises RunFailedError listing the failed runs (the others stay cached)."""
-    from .experiments import SerialBackend
+    from .experiments import SerialBackend, run_sweep
     configs = [c.validate() for c in configs]
-    todo = list({c.key(): c for c in configs if not is_cached(c, root)}.values())
-    failures = []
-    if todo:
-        backend = backend or SerialBackend()
-        # without an explicit disable=False, TQDM_DISABLE=1 (CI, stored outputs) still switches the bar off
-        bar = tqdm(total=len(todo), desc="FMOL runs", **({} if progress else {"disable": True})) if tqdm else None
-        items = [(c.to_dict(), str(root) if root else None) for c in todo]
-        for i, result in backend.submit_all(_worker, items):
-            if not isinstance(result, str):   # the backend's failure record
-                failures.append(f"{todo[i].label()}: {type(result.error).__name__}: {result.error}")
-            if bar is not None:
-                bar.update(1)
-        if bar is not None:
-            bar.close()
-    if failures:
-        raise RunFailedError(f"{len(failures)} of {len(todo)} FMOL runs failed (the others are cached):\n  "
-                             + "\n  ".join(failures))
-    return [FMOLHistory.load(run_dir(c, root)) for c in configs]
+    return run_sweep(configs, _worker, lambda c: is_cached(c, root), lambda c: FMOLHistory.load(run_dir(c, root)),
+                     backend or SerialBackend(), root, progress, what="FMOL runs")

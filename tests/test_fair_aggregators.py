@@ -1,7 +1,5 @@
 """FedMGDA / FedMGDA+ / q-FedAvg / AFL and the attacks, on hand-made vectors: the properties
 their papers state or prove."""
-import math
-
 import numpy as np
 import pytest
 import torch

@@ -121,7 +121,7 @@ class FedFV(Aggregator):
 
         n_external = 0
         if self.tau > 0 and round_ >= self.tau:
-            hc, hr, hu = state["hist_clients"], state["hist_rounds"], state["hist_updates"].double()
+            hr, hu = state["hist_rounds"], state["hist_updates"].double()
             for r in range(round_ - self.tau, round_):           # oldest first (Alg. 3 line 1)
                 rows = hu[hr == r]
                 if len(rows) == 0:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import torch
-
 from ..errors import ConfigError
 from ..local import ClientUpdates
 from .base import Aggregate, Aggregator, State
