@@ -30,7 +30,9 @@ from .quasi_newton import dqnfed_client_updates
 class Algorithm:
     """``client_update`` replaces the clients' local training when an algorithm's clients do
     something else than SGD epochs (DQN-Fed: gradients and BFGS rates); it is called as
-    ``client_update(model, w, w_previous, data, clients, local, seed, round, batched, loss_before)``."""
+    ``client_update(model, w, w_previous, data, clients, local, seed, round, batched, loss_before, cache)``,
+    where ``cache`` is a dict the hook may keep between the rounds of one run to avoid recomputing
+    something; it must never change a result (a resumed run starts with it empty)."""
     name: str
     aggregator: Aggregator
     local_overrides: dict[str, Any] = field(default_factory=dict)

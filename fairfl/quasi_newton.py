@@ -81,13 +81,24 @@ def full_batch_gradients(model: nn.Module, point: torch.Tensor, data: Sequence[C
 
 def dqnfed_client_updates(model: nn.Module, global_flat: torch.Tensor, previous_flat: torch.Tensor | None,
                           data: Sequence[Client], clients: Sequence[int], cfg: LocalTraining, seed: int,
-                          round_: int, batched: bool = True, loss_before: bool = True) -> ClientUpdates:
+                          round_: int, batched: bool = True, loss_before: bool = True,
+                          cache: dict | None = None) -> ClientUpdates:
     """Algorithm 1's client loop for every sampled client: E local epochs of the configured SGD,
     the update gₖ = θᵗ − θₖ, and ``extras["dqn_d"]`` = d̃ₖ = gₖᵀBₖgₖ (eq. 18), with Bₖ from the
     pairs of the points θᵗ⁻¹, θᵗ, θ̂², …, θ̂ᴱ; ``extras["bfgs_skipped"]`` counts the pairs dropped
-    for bad curvature."""
+    for bad curvature.
+
+    ``cache`` (kept by the round loop between rounds) saves recomputing ∇fₖ(θᵗ⁻¹): when the same
+    clients took part in the previous round, their gradients at θᵗ⁻¹ were computed then, in the
+    same batched pass, so reusing them gives the same bits (and a resumed run, whose cache starts
+    empty, recomputes the same values)."""
     m = len(clients)
     grads = full_batch_gradients(model, global_flat, data, clients, batched).double()
+    same_clients = (cache is not None and cache.get("round") == round_ - 1
+                    and cache.get("clients") == [int(k) for k in clients])
+    previous_grads = cache["grads"] if same_clients else None
+    if cache is not None:
+        cache.update(round=round_, clients=[int(k) for k in clients], grads=grads)
     pairs: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(m)]
     skipped = torch.zeros(m)
 
@@ -98,7 +109,8 @@ def dqnfed_client_updates(model: nn.Module, global_flat: torch.Tensor, previous_
             skipped[r] += 1
 
     if previous_flat is not None:              # θ̂⁰ = θᵗ⁻¹
-        prev = full_batch_gradients(model, previous_flat, data, clients, batched).double()
+        prev = (previous_grads if previous_grads is not None
+                else full_batch_gradients(model, previous_flat, data, clients, batched).double())
         s = (global_flat - previous_flat).double()
         for r in range(m):
             add_pair(r, s, grads[r] - prev[r])

@@ -190,6 +190,7 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
     start = 0
 
     w_prev = None                      # the previous global model (DQN-Fed's clients use it)
+    client_cache: dict = {}            # what a client_update hook keeps between rounds (never checkpointed)
     blob = load_checkpoint(checkpoint_dir, config) if checkpoint_dir else None
     if blob is not None:
         start, w, state = blob["round"], blob["params"], blob["agg_state"]
@@ -211,7 +212,7 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
         torch.manual_seed(_seed(config.seed, t, 0xD0))  # dropout uses the global generator
         if algo.client_update is not None:
             honest = algo.client_update(model, w, w_prev, fed.clients, clients, local_cfg, config.seed, t,
-                                        config.batched, loss_before=need_before)
+                                        config.batched, loss_before=need_before, cache=client_cache)
         else:
             honest = train_clients(model, w, fed.clients, clients, local_cfg, config.seed, t, config.batched,
                                    loss_before=need_before, loss_after="loss_after" in aggregator.requires)
