@@ -7,7 +7,8 @@ worker processes by default — and returns every History in the order given, re
 failures of single runs without losing the others.
 
 A backend is anything with ``submit_all(fn, items) -> iterator of (index, result or
-exception)``; :class:`SerialBackend` and :class:`ProcessBackend` are here, and a distributed
+exception)`` and ``close()``; :class:`SerialBackend` and :class:`ProcessBackend` (which keeps its
+workers between sweeps) are here, and a distributed
 one (e.g. Ray: one ``ray.remote`` task per item, yielded with ``ray.wait``) plugs in the same
 way without touching the notebooks, since the workers share nothing but the cache folder.
 """
@@ -17,6 +18,7 @@ import json
 import os
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
@@ -66,9 +68,21 @@ class Backend(Protocol):
         """Run ``fn`` on every item; yield (index, result) as they finish, where a result that
         is an exception means that item failed."""
 
+    def close(self) -> None:
+        """Release the workers (a backend may keep them between sweeps)."""
+
 
 class SerialBackend:
     """In this process, one after another (debugging, or a single core)."""
+
+    def close(self) -> None:
+        """Nothing to stop (the same interface as :class:`ProcessBackend`)."""
+
+    def __enter__(self) -> "SerialBackend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def submit_all(self, fn, items):
         for i, item in enumerate(items):
@@ -87,23 +101,61 @@ def _init_worker(threads: int) -> None:
 class ProcessBackend:
     """A pool of worker processes, each with ``threads`` torch threads. On a small machine
     several one-thread workers beat one multi-threaded process: the convolutions of a federated
-    round are too small to keep several threads busy (see benchmarks/round_speed.py)."""
+    round are too small to keep several threads busy (see benchmarks/round_speed.py).
+
+    The pool starts at the first sweep and is kept for the next ones, so that a notebook, which
+    sends several sweeps through one backend, pays the start-up of a worker (importing torch,
+    loading and partitioning the data, oneDNN's first kernels: about 4 s here) once rather than
+    per sweep. ``close()`` (or ``with ProcessBackend() as backend:``, or the end of the
+    interpreter) stops the workers. Workers read ``FAIRFL_*`` settings when they start."""
 
     def __init__(self, workers: int | None = None, threads: int = 1):
         self.workers = workers or max(1, (os.cpu_count() or 1) // threads)
         self.threads = threads
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _start(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            import multiprocessing as mp
+            ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker,
+                                             initargs=(self.threads,))
+        return self._pool
 
     def submit_all(self, fn, items):
-        import multiprocessing as mp
-        ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock
-        with ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(self.threads,)) as pool:
-            futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+        pool = self._start()
+        futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+        try:
             for f in as_completed(futures):
                 try:
                     yield futures[f], f.result()
+                except BrokenProcessPool as e:  # a worker died (killed, out of memory): start afresh next time
+                    self._discard()
+                    yield futures[f], _Failure(e, traceback.format_exc())
                 except Exception as e:  # noqa: BLE001 - reported per run
                     yield futures[f], _Failure(e, getattr(e, "__traceback_text__", traceback.format_exc()))
+        finally:
+            # interrupted (KeyboardInterrupt in a notebook, or a failure upstream): drop the runs
+            # that have not started; the running ones finish into the cache
+            for f in futures:
+                f.cancel()
+
+    def _discard(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def close(self) -> None:
+        """Stop the workers (waits for running work)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> "ProcessBackend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 @dataclass
@@ -135,9 +187,14 @@ def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None
     The process backend spawns its workers: from a Python *script* (not a notebook), call
     ``run_many`` under ``if __name__ == "__main__":``, or every worker re-runs the script."""
     configs = [c.validate() for c in configs]
+    own = backend is None   # a pool made for this call only is closed after it
     backend = backend or (SerialBackend() if sum(not is_cached(c, root) for c in configs) <= 1 else default_backend())
-    return run_sweep(configs, _worker_run, lambda c: is_cached(c, root), lambda c: History.load(run_dir(c, root)),
-                     backend, root, progress, raise_on_failure)
+    try:
+        return run_sweep(configs, _worker_run, lambda c: is_cached(c, root), lambda c: History.load(run_dir(c, root)),
+                         backend, root, progress, raise_on_failure)
+    finally:
+        if own and hasattr(backend, "close"):
+            backend.close()
 
 
 def run_sweep(configs: Sequence[Any], worker: Callable[[tuple[dict, str | None]], str],

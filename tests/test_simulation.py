@@ -14,7 +14,7 @@ import fairfl.experiments as experiments
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
 from fairfl.aggregators import Aggregate, FedAvg
 from fairfl.errors import RunFailedError, TrainingDivergedError
-from fairfl.experiments import SerialBackend, is_cached, run, run_dir, run_many
+from fairfl.experiments import ProcessBackend, SerialBackend, is_cached, run, run_dir, run_many
 from fairfl.simulation import CHECKPOINT, History, load_checkpoint, sample_clients, simulate
 
 CFG = ExperimentConfig(
@@ -234,6 +234,33 @@ def test_run_many_reports_failures_and_keeps_the_good_runs(fmnist, tmp_path):
     assert len(out) == 3 and out[1] is None
     assert isinstance(out[0], History) and out[0].to_state() == out[2].to_state()
     assert out[0].rounds_done == 4
+
+
+def _worker_pid(_item) -> int:
+    import os
+    return os.getpid()
+
+
+@pytest.mark.slow
+def test_process_backend_matches_serial_keeps_its_workers_and_reports_failures(fmnist, tmp_path):
+    """The real pool: two spawned one-thread workers train the same histories as this process,
+    the pool outlives a sweep (a notebook's next sweep starts warm), a failing run is reported
+    while the others land in the cache, and close() ends the workers."""
+    a, b = CFG.replace(rounds=2), CFG.replace(rounds=2, seed=1)
+    serial = run_many([a, b], backend=SerialBackend(), root=tmp_path / "serial", progress=False)
+    with ProcessBackend(workers=2, threads=1) as backend:
+        pooled = run_many([a, b], backend=backend, root=tmp_path / "pool", progress=False)
+        for s, p in zip(serial, pooled):
+            assert_same_history(s, p)
+        pids = {pid for _, pid in backend.submit_all(_worker_pid, range(6))}
+        assert 1 <= len(pids) <= 2
+        assert {pid for _, pid in backend.submit_all(_worker_pid, range(6))} <= pids   # same workers
+        with pytest.raises(RunFailedError, match="1 of 2 runs failed"):
+            run_many([CFG, DIVERGING], backend=backend, root=tmp_path / "pool", progress=False)
+        assert is_cached(CFG, tmp_path / "pool") and not is_cached(DIVERGING, tmp_path / "pool")
+    assert backend._pool is None
+    with ProcessBackend(workers=1) as again:   # a closed backend's successor starts new workers
+        assert not {pid for _, pid in again.submit_all(_worker_pid, range(2))} & pids
 
 
 def test_run_many_validates_everything_before_training(tmp_path, monkeypatch):
