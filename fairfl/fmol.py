@@ -735,3 +735,34 @@ def run_many(configs: Iterable[FMOLConfig], backend=None, root: Path | None = No
     configs = [c.validate() for c in configs]
     return run_sweep(configs, _worker, lambda c: is_cached(c, root), lambda c: FMOLHistory.load(run_dir(c, root)),
                      backend or SerialBackend(), root, progress, what="FMOL runs")
+
+
+# ----------------------------------------------------------------------------- Table 2
+
+TABLE2_THRESHOLD = 1e-2   # FMOL Table 2: "communication rounds needed for 10⁻² loss"
+
+
+def table2_config(local_steps: int, iid: bool, seed: int, *, num_clients: int = 10, samples_per_client: int = 256,
+                  rounds: int = 100) -> FMOLConfig:
+    """One FMGDA run of Fig. 1(b) / Table 2 (defaults: the paper's size, 10 × 256, 100 rounds,
+    η_L = η_t = 0.1); the partition seed follows the run's seed. Notebook 05 and
+    ``scripts/fmol_table2.py`` build their runs here, so they share cache entries."""
+    return FMOLConfig(num_clients=num_clients, samples_per_client=samples_per_client, rounds=rounds,
+                      local_steps=local_steps, local_lr=0.1, global_lr=0.1, iid=iid, seed=seed, partition_seed=seed)
+
+
+def rounds_to_threshold(histories: Sequence[FMOLHistory], threshold: float = TABLE2_THRESHOLD) -> np.ndarray:
+    """(runs, tasks) first round at which each task's training loss is ≤ threshold; inf where a
+    run never reached it."""
+    return np.stack([h.rounds_to(threshold) for h in histories])
+
+
+def format_rounds(r: np.ndarray, horizon: int) -> str:
+    """Rounds to a threshold over seeds as a table entry: mean ± std when every seed reached it,
+    "> horizon" when none did, else the mean of those that did and how many."""
+    ok = np.isfinite(r)
+    if ok.all():
+        return f"{r.mean():.1f} ± {r.std():.1f}" if len(r) > 1 else f"{r.mean():.0f}"
+    if not ok.any():
+        return f"> {horizon}"
+    return f"{r[ok].mean():.1f} ({ok.sum()}/{len(r)} seeds; others > {horizon})"

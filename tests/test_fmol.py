@@ -15,6 +15,7 @@ from torch import nn
 from fairfl.aggregators import fedmgda
 from fairfl.errors import ConfigError, TrainingDivergedError
 from fairfl.fmol import (CHECKPOINT, Checkpoint, FMOLConfig, FMOLHistory, FMOLProblem, average_updates, common_direction,
+                         format_rounds, rounds_to_threshold, table2_config,
                          fmol_round, local_update, minibatches, objective_gradients, objective_values,
                          run, run_centralised, run_federated, run_many, working_copy)
 from fairfl.local import ClientUpdates
@@ -276,6 +277,26 @@ def test_rounds_to_threshold():
                     np.zeros(2), ("L", "R"))
     np.testing.assert_array_equal(h.rounds_to(0.5), [1.0, np.inf])
     np.testing.assert_array_equal(h.rounds_to(0.9), [1.0, 1.0])
+
+
+def test_table2_rounds_over_seeds_and_their_table_entries():
+    def history(l_curve, r_curve):
+        loss = np.stack([l_curve, r_curve], axis=1)
+        return FMOLHistory(loss, np.zeros((len(loss) - 1, 2)), np.zeros(len(loss) - 1), np.zeros(len(loss) - 1), ("L", "R"))
+    seeds = [history([1.0, 0.009, 0.001], [1.0, 0.5, 0.2]), history([1.0, 0.5, 0.01], [1.0, 0.5, 0.3])]
+    r = rounds_to_threshold(seeds)                                  # 10⁻² of Table 2; reached at ≤, not <
+    np.testing.assert_array_equal(r, [[1, np.inf], [2, np.inf]])
+    assert format_rounds(r[:, 0], 2) == "1.5 ± 0.5"
+    assert format_rounds(r[:, 1], 2) == "> 2"
+    assert format_rounds(np.array([3.0, np.inf, np.inf]), 9) == "3.0 (1/3 seeds; others > 9)"
+    assert format_rounds(np.array([4.0]), 9) == "4"
+
+
+def test_table2_config_is_the_papers_fmgda_setting():
+    c = table2_config(20, iid=False, seed=3)
+    assert (c.method, c.batch_size, c.num_clients, c.samples_per_client, c.rounds) == ("federated", None, 10, 256, 100)
+    assert (c.local_steps, c.local_lr, c.global_lr, c.iid, c.seed, c.partition_seed) == (20, 0.1, 0.1, False, 3, 3)
+    assert c.key() != table2_config(20, iid=True, seed=3).key() != table2_config(10, iid=True, seed=3).key()
 
 
 @pytest.mark.parametrize("A, match", [([[1, 0], [1, 0]], "held by no client"), ([[1, 2], [1, 1]], "binary"),

@@ -1,0 +1,87 @@
+"""FMOL Table 2 at the paper's size, on its own: rounds of FMGDA (full batch) needed for a
+training loss of 10⁻², for K ∈ {1, 5, 10, 20} local steps, iid and non-iid MultiMNIST,
+M = 10 clients × 256 samples, η_L = η_t = 0.1, beside the paper's numbers.
+
+These are exactly the Fig. 1(b) / Table 2 runs of notebook 05's ``paper`` profile (both build
+them with ``fairfl.fmol.table2_config``, so they share the run cache): this script runs that part
+alone, for the seeds and horizon given, without the batch-size and centralised runs of the
+rest of the profile (about 25 min of CPU per seed and setting at 100 rounds here, most of it
+K = 20). Runs are cached under ``$FAIRFL_RESULTS/fmol`` and checkpoint every 10 rounds, so an
+interrupted call resumes.
+
+    .venv/bin/python scripts/fmol_table2.py --seeds 0 1 2 [--rounds 100] [--workers 2]
+
+Prints the table (mean ± std over seeds; "> T" = not reached within the T rounds), the losses
+after the last round and the run times, and writes ``figures/05_table2_paper_size.png/.pdf``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fairfl import plotting  # noqa: E402
+from fairfl.experiments import ProcessBackend, SerialBackend  # noqa: E402
+from fairfl.fmol import (TABLE2_THRESHOLD, format_rounds, rounds_to_threshold, run_many,  # noqa: E402
+                         table2_config)
+from fairfl.paper import FMOL_TABLE2  # noqa: E402
+
+TASKS = ("L", "R")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--ks", type=int, nargs="+", default=[1, 5, 10, 20])
+    ap.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    args = ap.parse_args()
+    if args.rounds < 1 or min(args.ks) < 1:
+        ap.error("--rounds and every K must be >= 1")
+
+    grid = {(iid, k, s): table2_config(k, iid, s, rounds=args.rounds)
+            for s in args.seeds for iid in (True, False) for k in args.ks}
+    with (SerialBackend() if args.workers == 1 else ProcessBackend(workers=args.workers)) as backend:
+        runs = dict(zip(grid, run_many(list(grid.values()), backend=backend, progress=True)))
+
+    T = args.rounds
+    print(f"\nFMOL Table 2 at the paper's size (M = 10 x 256, FMGDA, eta_L = eta_t = 0.1): rounds to a training "
+          f"loss of {TABLE2_THRESHOLD:g}, {len(args.seeds)} seed(s) {args.seeds}, runs of {T} rounds")
+    print(f"{'setting':<8} {'K':>3} | {'ours L':<28} {'paper L':>7} | {'ours R':<28} {'paper R':>7} | "
+          f"loss after round {T} (L / R, mean) | s per run")
+    for iid in (True, False):
+        setting = "iid" if iid else "non-iid"
+        for k in args.ks:
+            hs = [runs[(iid, k, s)] for s in args.seeds]
+            r = rounds_to_threshold(hs)
+            paper = FMOL_TABLE2.get((setting, k), ("-", "-"))
+            last = np.mean([h.loss[-1] for h in hs], axis=0)
+            secs = np.mean([h.seconds for h in hs])
+            print(f"{setting:<8} {k:>3} | {format_rounds(r[:, 0], T):<28} {paper[0]:>7} | "
+                  f"{format_rounds(r[:, 1], T):<28} {paper[1]:>7} | {last[0]:.4f} / {last[1]:.4f} | {secs:.0f}")
+
+    plotting.use_style()
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8), layout="constrained", sharey=True)
+    for row, iid in enumerate((True, False)):
+        for t, task in enumerate(TASKS):
+            ax = axes[row, t]
+            for k in args.ks:
+                ys = np.stack([runs[(iid, k, s)].loss[:, t] for s in args.seeds])
+                x = np.arange(ys.shape[1])
+                line, = ax.plot(x, ys.mean(0), label=f"K = {k}")
+                ax.fill_between(x, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.15, linewidth=0)
+            ax.axhline(TABLE2_THRESHOLD, color="k", linestyle=":", linewidth=1)
+            ax.set(yscale="log", xlabel="round", ylabel=f"training loss, task {task}",
+                   title=f"{'iid' if iid else 'non-iid'}, task {task} (10 × 256, seeds {args.seeds})")
+            ax.legend()
+    paths = plotting.save_figure(fig, "05_table2_paper_size")
+    print("figure:", ", ".join(str(p) for p in paths))
+
+
+if __name__ == "__main__":
+    main()
