@@ -96,19 +96,21 @@ def main() -> None:
             run_many(configs, backend=backend, root=Path(tmp), progress=False)
             return time.perf_counter() - t0
 
-    t_cold = executor()
-    print(f"executor, cold (starting {args.workers} workers): {t_cold:.1f} s")
-    pairs = []
-    for i in range(args.sweeps):
-        if i % 2 == 0:
-            t_seq = sequential()
-            t_exec = executor()
-        else:
-            t_exec = executor()
-            t_seq = sequential()
-        pairs.append((t_seq, t_exec))
-        print(f"sweep pair {i + 1}: sequential {t_seq:.1f} s, executor {t_exec:.1f} s, ratio {t_seq / t_exec:.2f}")
-    backend.close()
+    try:
+        t_cold = executor()
+        print(f"executor, cold (starting {args.workers} workers): {t_cold:.1f} s")
+        pairs = []
+        for i in range(args.sweeps):
+            if i % 2 == 0:
+                t_seq = sequential()
+                t_exec = executor()
+            else:
+                t_exec = executor()
+                t_seq = sequential()
+            pairs.append((t_seq, t_exec))
+            print(f"sweep pair {i + 1}: sequential {t_seq:.1f} s, executor {t_exec:.1f} s, ratio {t_seq / t_exec:.2f}")
+    finally:
+        backend.close()
     t_seq = statistics.median(p[0] for p in pairs)
     t_exec = statistics.median(p[1] for p in pairs)
     ratio = statistics.median(p[0] / p[1] for p in pairs)

@@ -107,42 +107,58 @@ class ProcessBackend:
     sends several sweeps through one backend, pays the start-up of a worker (importing torch,
     loading and partitioning the data, oneDNN's first kernels: about 4 s here) once rather than
     per sweep. ``close()`` (or ``with ProcessBackend() as backend:``, or the end of the
-    interpreter) stops the workers. Workers read ``FAIRFL_*`` settings when they start."""
+    interpreter) stops the workers. A new pool replaces the kept one when a worker has died
+    (killed, out of memory, or interrupted: Jupyter's interrupt reaches the workers too) and when
+    a ``FAIRFL_*`` setting has changed since the workers started (they read the data and results
+    roots then). Workers keep the fairfl code they imported: after editing it, ``close()``."""
 
     def __init__(self, workers: int | None = None, threads: int = 1):
         self.workers = workers or max(1, (os.cpu_count() or 1) // threads)
         self.threads = threads
         self._pool: ProcessPoolExecutor | None = None
+        self._env: dict[str, str] = {}
 
     def _start(self) -> ProcessPoolExecutor:
+        env = _fairfl_settings()
+        # _broken: set by the pool's manager thread as soon as a worker dies, even between sweeps
+        if self._pool is not None and (getattr(self._pool, "_broken", False) or env != self._env):
+            self._discard(self._pool)
         if self._pool is None:
             import multiprocessing as mp
             ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock
             self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker,
                                              initargs=(self.threads,))
+            self._env = env
         return self._pool
 
     def submit_all(self, fn, items):
         pool = self._start()
-        futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+        try:
+            futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+        except (BrokenProcessPool, RuntimeError):  # a worker died after the check above: once more, afresh
+            self._discard(pool)
+            pool = self._start()
+            futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
         try:
             for f in as_completed(futures):
                 try:
                     yield futures[f], f.result()
-                except BrokenProcessPool as e:  # a worker died (killed, out of memory): start afresh next time
-                    self._discard()
+                except BrokenProcessPool as e:  # a worker died (killed, out of memory): the next sweep starts afresh
+                    self._discard(pool)
                     yield futures[f], _Failure(e, traceback.format_exc())
                 except Exception as e:  # noqa: BLE001 - reported per run
                     yield futures[f], _Failure(e, getattr(e, "__traceback_text__", traceback.format_exc()))
         finally:
-            # interrupted (KeyboardInterrupt in a notebook, or a failure upstream): drop the runs
-            # that have not started; the running ones finish into the cache
+            # Interrupted (KeyboardInterrupt, or a failure upstream): drop the runs that have not
+            # started. Running ones finish into the cache, or, when the interrupt reached the
+            # workers too (Jupyter's does), stop with their last checkpoint, which the next sweep
+            # resumes from.
             for f in futures:
                 f.cancel()
 
-    def _discard(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+    def _discard(self, pool: ProcessPoolExecutor) -> None:
+        pool.shutdown(wait=False, cancel_futures=True)
+        if self._pool is pool:
             self._pool = None
 
     def close(self) -> None:
@@ -156,6 +172,10 @@ class ProcessBackend:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _fairfl_settings() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("FAIRFL_")}
 
 
 @dataclass

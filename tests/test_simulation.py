@@ -241,26 +241,53 @@ def _worker_pid(_item) -> int:
     return os.getpid()
 
 
+def _alive(pid: int) -> bool:
+    import os
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _pids(backend, n: int = 6) -> set[int]:
+    out = [r for _, r in backend.submit_all(_worker_pid, range(n))]
+    assert all(isinstance(r, int) for r in out), out
+    return set(out)
+
+
 @pytest.mark.slow
 def test_process_backend_matches_serial_keeps_its_workers_and_reports_failures(fmnist, tmp_path):
     """The real pool: two spawned one-thread workers train the same histories as this process,
     the pool outlives a sweep (a notebook's next sweep starts warm), a failing run is reported
-    while the others land in the cache, and close() ends the workers."""
+    while the others land in the cache, a worker killed between sweeps is replaced, and close()
+    ends the workers."""
+    import os
+    import signal
+    import time
+
     a, b = CFG.replace(rounds=2), CFG.replace(rounds=2, seed=1)
     serial = run_many([a, b], backend=SerialBackend(), root=tmp_path / "serial", progress=False)
     with ProcessBackend(workers=2, threads=1) as backend:
+        pids = _pids(backend)
+        assert 1 <= len(pids) <= 2
         pooled = run_many([a, b], backend=backend, root=tmp_path / "pool", progress=False)
         for s, p in zip(serial, pooled):
             assert_same_history(s, p)
-        pids = {pid for _, pid in backend.submit_all(_worker_pid, range(6))}
-        assert 1 <= len(pids) <= 2
-        assert {pid for _, pid in backend.submit_all(_worker_pid, range(6))} <= pids   # same workers
+        assert _pids(backend) <= pids                      # run_many kept the caller's pool: same workers
         with pytest.raises(RunFailedError, match="1 of 2 runs failed"):
             run_many([CFG, DIVERGING], backend=backend, root=tmp_path / "pool", progress=False)
         assert is_cached(CFG, tmp_path / "pool") and not is_cached(DIVERGING, tmp_path / "pool")
+
+        os.kill(next(iter(pids)), signal.SIGKILL)           # a worker dies while the pool is idle
+        deadline = time.monotonic() + 30
+        while not getattr(backend._pool, "_broken", False) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        fresh = _pids(backend)                              # the next sweep runs on a new pool
+        assert not fresh & pids
     assert backend._pool is None
-    with ProcessBackend(workers=1) as again:   # a closed backend's successor starts new workers
-        assert not {pid for _, pid in again.submit_all(_worker_pid, range(2))} & pids
+    time.sleep(0.2)
+    assert not any(_alive(p) for p in fresh | pids)         # close() ended every worker
 
 
 def test_run_many_validates_everything_before_training(tmp_path, monkeypatch):
