@@ -6,13 +6,15 @@ These are exactly the Fig. 1(b) / Table 2 runs of notebook 05's ``paper`` profil
 them with ``fairfl.fmol.table2_config``, so they share the run cache): this script runs that part
 alone, for the seeds and horizon given, without the batch-size and centralised runs of the
 rest of the profile (about 25 min of CPU per seed and setting at 100 rounds here, most of it
-K = 20). Runs are cached under ``$FAIRFL_RESULTS/fmol`` and checkpoint every 10 rounds, so an
+K = 20). With ``--rounds`` other than 100 they are longer or shorter versions of those runs (their
+own cache entries). Runs are cached under ``$FAIRFL_RESULTS/fmol`` and checkpoint every 10 rounds, so an
 interrupted call resumes.
 
     .venv/bin/python scripts/fmol_table2.py --seeds 0 1 2 [--rounds 100] [--workers 2]
 
 Prints the table (mean ± std over seeds; "> T" = not reached within the T rounds), the losses
-after the last round and the run times, and writes ``figures/05_table2_paper_size.png/.pdf``.
+after the last round and the run times, and writes the loss curves to
+``figures/05_table2_paper_size_T<rounds>[_K<ks>].png/.pdf``.
 """
 from __future__ import annotations
 
@@ -79,7 +81,8 @@ def main() -> None:
             ax.set(yscale="log", xlabel="round", ylabel=f"training loss, task {task}",
                    title=f"{'iid' if iid else 'non-iid'}, task {task} (10 × 256, seeds {args.seeds})")
             ax.legend()
-    paths = plotting.save_figure(fig, "05_table2_paper_size")
+    name = f"05_table2_paper_size_T{T}" + ("" if args.ks == [1, 5, 10, 20] else "_K" + "-".join(map(str, args.ks)))
+    paths = plotting.save_figure(fig, name)
     print("figure:", ", ".join(str(p) for p in paths))
 
 
