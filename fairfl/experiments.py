@@ -72,17 +72,21 @@ class Backend(Protocol):
         """Release the workers (a backend may keep them between sweeps)."""
 
 
-class SerialBackend:
-    """In this process, one after another (debugging, or a single core)."""
+class _Closing:
+    """``with backend:`` closes it at the end of the block."""
 
     def close(self) -> None:
-        """Nothing to stop (the same interface as :class:`ProcessBackend`)."""
+        """Nothing to release."""
 
-    def __enter__(self) -> "SerialBackend":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class SerialBackend(_Closing):
+    """In this process, one after another (debugging, or a single core)."""
 
     def submit_all(self, fn, items):
         for i, item in enumerate(items):
@@ -98,7 +102,7 @@ def _init_worker(threads: int) -> None:
     torch.set_num_interop_threads(1)
 
 
-class ProcessBackend:
+class ProcessBackend(_Closing):
     """A pool of worker processes, each with ``threads`` torch threads. On a small machine
     several one-thread workers beat one multi-threaded process: the convolutions of a federated
     round are too small to keep several threads busy (see benchmarks/round_speed.py).
@@ -132,13 +136,15 @@ class ProcessBackend:
         return self._pool
 
     def submit_all(self, fn, items):
-        pool = self._start()
-        try:
-            futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
-        except (BrokenProcessPool, RuntimeError):  # a worker died after the check above: once more, afresh
-            self._discard(pool)
+        for attempt in range(2):
             pool = self._start()
-            futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+            try:
+                futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+                break
+            except (BrokenProcessPool, RuntimeError):  # a worker died after _start's check: once more, afresh
+                self._discard(pool)
+                if attempt:
+                    raise
         try:
             for f in as_completed(futures):
                 try:
@@ -166,12 +172,6 @@ class ProcessBackend:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-
-    def __enter__(self) -> "ProcessBackend":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def _fairfl_settings() -> dict[str, str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import matplotlib
 
@@ -80,3 +80,33 @@ def accuracy_distribution(final_acc: dict[str, np.ndarray], ax=None):
     sns.stripplot(df, x="method", y="accuracy", ax=ax, size=3, alpha=0.6, hue="method", legend=False)
     ax.set_ylabel("client test accuracy")
     return ax
+
+
+def seed_band(ax, ys: np.ndarray, label: str, **kw):
+    """Mean over seeds (rows of ``ys``, one column per round) with a band from the lowest to the
+    highest seed (positive, so it works on a log scale); returns the line."""
+    x = np.arange(ys.shape[1])
+    line, = ax.plot(x, ys.mean(0), label=label, **kw)
+    if len(ys) > 1:
+        ax.fill_between(x, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.15, linewidth=0)
+    return line
+
+
+def fmol_local_steps(losses: Callable[[bool, int], np.ndarray], ks: Sequence[int], threshold: float,
+                     tasks: Sequence[str] = ("L", "R")) -> matplotlib.figure.Figure:
+    """FMOL Fig. 1(b): training loss against rounds for each K, iid (top) and non-iid (bottom),
+    one column per task, with Table 2's threshold dotted. ``losses(iid, K)`` gives the
+    (seeds, rounds + 1, tasks) losses of one setting."""
+    fig, axes = plt.subplots(2, len(tasks), figsize=(13, 8), layout="constrained", sharey=True, squeeze=False)
+    for row, iid in enumerate((True, False)):
+        for t, task in enumerate(tasks):
+            ax = axes[row, t]
+            for k in ks:
+                seed_band(ax, losses(iid, k)[:, :, t], f"K = {k}")
+            ax.axhline(threshold, color="0.4", linestyle=":", linewidth=1)
+            ax.set_yscale("log")
+            ax.set_title(f"{'iid' if iid else 'non-iid'}, task {task}")
+            ax.set_xlabel("communication round")
+            ax.legend()
+        axes[row, 0].set_ylabel("training loss")
+    return fig

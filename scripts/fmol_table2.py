@@ -32,9 +32,6 @@ from fairfl.fmol import (TABLE2_THRESHOLD, format_rounds, rounds_to_threshold, r
                          table2_config)
 from fairfl.paper import FMOL_TABLE2  # noqa: E402
 
-TASKS = ("L", "R")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -67,20 +64,10 @@ def main() -> None:
                   f"{format_rounds(r[:, 1], T):<28} {paper[1]:>7} | {last[0]:.4f} / {last[1]:.4f} | {secs:.0f}")
 
     plotting.use_style()
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8), layout="constrained", sharey=True)
-    for row, iid in enumerate((True, False)):
-        for t, task in enumerate(TASKS):
-            ax = axes[row, t]
-            for k in args.ks:
-                ys = np.stack([runs[(iid, k, s)].loss[:, t] for s in args.seeds])
-                x = np.arange(ys.shape[1])
-                line, = ax.plot(x, ys.mean(0), label=f"K = {k}")
-                ax.fill_between(x, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.15, linewidth=0)
-            ax.axhline(TABLE2_THRESHOLD, color="k", linestyle=":", linewidth=1)
-            ax.set(yscale="log", xlabel="round", ylabel=f"training loss, task {task}",
-                   title=f"{'iid' if iid else 'non-iid'}, task {task} (10 × 256, seeds {args.seeds})")
-            ax.legend()
+    fig = plotting.fmol_local_steps(lambda iid, k: np.stack([runs[(iid, k, s)].loss for s in args.seeds]),
+                                    args.ks, TABLE2_THRESHOLD)
+    fig.suptitle(f"FMOL Table 2 runs at the paper's size: FMGDA, M = 10 × 256, seeds {args.seeds} "
+                 "(dotted: 10⁻²; mean over seeds, band: min–max)")
     name = f"05_table2_paper_size_T{T}" + ("" if args.ks == [1, 5, 10, 20] else "_K" + "-".join(map(str, args.ks)))
     paths = plotting.save_figure(fig, name)
     print("figure:", ", ".join(str(p) for p in paths))
