@@ -1,18 +1,20 @@
 """fairfl: fair and multi-objective federated learning, reproduced (FedMGDA+, FedFV, FMOL, DQN-Fed).
 
 Start with ``notebooks/00_tour.ipynb``. The pieces, by module:
-datasets (real loaders; shakespeare, multimnist) -> partition (clients) -> models / multitask ->
-local (client training; quasi_newton for DQN-Fed's clients) -> aggregators (server rules: FedAvg,
-FedMGDA+, q-FedAvg, AFL, FedFV, DQN-Fed) -> simulation (round loop) -> experiments (cache, many
-runs) -> metrics / plotting. FMOL's multi-objective FMGDA / FSMGDA, whose clients return one
-update per objective, have their own loop in ``fmol``. Notebooks check the papers' claims with
-``claims`` (holds / FAILED / not reproduced with a documented diagnosis).
+data (real loaders) -> partition (clients) -> models -> client (local training, the simulated
+clients) -> algorithms (one module per paper's family: the round's configure, client update,
+aggregation, server step and evaluation) -> loop (the one round loop) -> sweeps (cache, many
+runs) -> metrics / plotting / notebook. Messages between the two sides are in ``messages``,
+the one min-norm QP in ``minnorm``, server step sizes in ``schedules``, the seeding scheme in
+``seeding``. Notebooks check the papers' claims with ``claims`` (holds / FAILED / not reproduced
+with a documented diagnosis).
 """
+from .algorithms import ALGORITHMS, Algorithm, make_algorithm, register
+from .client import LocalTraining
 from .config import ExperimentConfig
 from .errors import ConfigError, DatasetNotFoundError, FairFLError, RunFailedError, TrainingDivergedError
-from .local import LocalTraining
 from .partition import PartitionSpec
 
-__version__ = "0.1.0"
-__all__ = ["ExperimentConfig", "PartitionSpec", "LocalTraining", "ConfigError", "DatasetNotFoundError",
-           "FairFLError", "RunFailedError", "TrainingDivergedError"]
+__version__ = "0.2.0"
+__all__ = ["ExperimentConfig", "PartitionSpec", "LocalTraining", "Algorithm", "ALGORITHMS", "make_algorithm",
+           "register", "ConfigError", "DatasetNotFoundError", "FairFLError", "RunFailedError", "TrainingDivergedError"]

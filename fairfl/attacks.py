@@ -21,7 +21,7 @@ from typing import Any, Mapping
 import torch
 
 from .errors import ConfigError
-from .local import ClientUpdates
+from .messages import ClientUpdates
 
 
 @dataclass(frozen=True)

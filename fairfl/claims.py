@@ -32,6 +32,7 @@ from typing import Mapping
 from .atomic import atomic_write
 from .errors import FairFLError
 
+PROFILES = ("smoke", "quick", "paper")      # every notebook's profiles (see the README)
 CHECKED_PROFILES = ("quick", "paper")
 HOLDS, NOT_REPRODUCED, FAILED, STALE, NOT_CHECKED = (
     "holds", "not reproduced (documented)", "FAILED", "holds, but a deviation is documented (stale)", "not checked")

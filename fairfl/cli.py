@@ -8,11 +8,11 @@ import sys
 import time
 from pathlib import Path
 
-PROFILES = ("smoke", "quick", "paper")
+from .claims import PROFILES
 
 
 def _cmd_data(args) -> int:
-    from .datasets import report
+    from .data import report
     rows = report(args.names or None)
     width = max(len(r[0]) for r in rows)
     for name, status, detail in rows:
@@ -33,15 +33,21 @@ def _parse_value(text: str):
 
 
 def _set(d: dict, dotted: str, value) -> None:
+    """``--set a.b=v``. A new algorithm name starts from that algorithm's defaults
+    (``--set algorithm=fedfv --set algorithm.alpha=0.5``)."""
     keys = dotted.split(".")
+    if keys == ["algorithm"] and isinstance(value, str):
+        value = {"name": value}
     for k in keys[:-1]:
+        if isinstance(d.get(k), str):
+            d[k] = {"name": d[k]}
         d = d.setdefault(k, {})
     d[keys[-1]] = value
 
 
 def _cmd_run(args) -> int:
     from .config import ExperimentConfig
-    from .experiments import run, run_dir
+    from .sweeps import run, run_dir
     from . import metrics
 
     base = ExperimentConfig.from_yaml(args.config).to_dict() if args.config else ExperimentConfig().to_dict()
@@ -107,10 +113,10 @@ def _cmd_reproduce(args) -> int:
 
 
 def _cmd_list(args) -> int:
-    from .algorithms import REGISTRY
-    from .datasets import LOADERS
+    from .algorithms import ALGORITHMS
+    from .data import LOADERS
     from .models import MODELS
-    print("algorithms:", ", ".join(sorted(REGISTRY)))
+    print("algorithms:", ", ".join(sorted(ALGORITHMS)))
     print("models:    ", ", ".join(sorted(MODELS)))
     print("datasets:  ", ", ".join(sorted(LOADERS)))
     print("notebooks: ", ", ".join(p.name for p in notebook_paths([])))
@@ -129,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="run one experiment (cached by its config hash)")
     r.add_argument("--config", help="YAML file with ExperimentConfig fields")
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override a field, dotted for nested ones: --set algorithm=fedavg_n --set local.lr=0.1")
+                   help="override a field, dotted for nested ones: --set algorithm=fedavg_n "
+                        "--set algorithm.decay=0.1 --set local.lr=0.1")
     r.add_argument("--no-cache", action="store_true", help="train even if a cached result exists")
     r.set_defaults(fn=_cmd_run)
 

@@ -1,6 +1,11 @@
 """One experiment = one frozen, validated :class:`ExperimentConfig`. Its hash names its cache
 folder, so a notebook re-plots without retraining and a changed setting never reuses a stale
-result."""
+result.
+
+The algorithm is an object with its own typed options (``fairfl.algorithms``):
+``ExperimentConfig(algorithm=FedMGDAPlus(eps=0.1, server_lr=1.0, decay=0.1))``; a name
+(``algorithm="fedavg"``) or a mapping (``{"name": "fedfv", "alpha": 0.5}``, the form of a YAML
+file) is turned into one at construction."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,13 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .algorithms import make_algorithm
+from .algorithms import Algorithm, make_algorithm
 from .attacks import make_attack
-from .datasets import check_dataset_name
+from .client import LocalTraining
+from .data import check_dataset_name
 from .errors import ConfigError
-from .local import LocalTraining
 from .models import check_model_name
 from .partition import PartitionSpec
+
+# Bump when a change of the code changes what a config computes, so that no stale result is read.
+# 2: one round loop for every algorithm (the algorithm's options and server step in its own object).
+CACHE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -27,14 +36,11 @@ class ExperimentConfig:
     partition: PartitionSpec = PartitionSpec()
     model: str = "cnn_fmnist"
     model_options: Mapping[str, Any] = field(default_factory=dict)
-    algorithm: str = "fedavg"
-    algorithm_options: Mapping[str, Any] = field(default_factory=dict)
+    algorithm: Algorithm = "fedavg"     # an Algorithm, or its name / {"name": ..., option: ...}
     local: LocalTraining = LocalTraining()
     rounds: int = 100
     participation: float = 0.1          # p: share of clients sampled per round
     clients_per_round: int | None = None  # overrides participation when set
-    server_lr: float = 1.0              # η of the server step w ← w − ηₜ·d
-    decay: float = 1.0                  # FedMGDA+ §6.1.5: ηₜ = η·β^⌊t/100⌋, β = decay^(100/T)
     eval_every: int = 10
     seed: int = 0                       # training seed (the partition has its own)
     batched: bool = True                # train a round's clients together (False: reference loop)
@@ -42,6 +48,9 @@ class ExperimentConfig:
     checkpoint_every: int = 50
     eligible_clients: tuple[int, ...] | None = None  # only these may be sampled (e.g. the PhD-only baseline)
     attacks: tuple[Mapping[str, Any], ...] = ()     # e.g. ({"kind": "bias", "client": 1, "bias": 1.0},)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "algorithm", make_algorithm(self.algorithm))
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> "ExperimentConfig":
@@ -51,10 +60,9 @@ class ExperimentConfig:
             check_number_fields(obj, where)
         check_dataset_name(self.dataset)
         check_model_name(self.model)
-        make_algorithm(self.algorithm, self.local, **dict(self.algorithm_options))
         self.partition.validate()
         self.local.validate()
-        n = self.partition.num_clients
+        n = self.partition.federation_size
         if self.eligible_clients is not None:
             bad = [k for k in self.eligible_clients if not 0 <= k < n]
             if bad or not self.eligible_clients:
@@ -78,12 +86,12 @@ class ExperimentConfig:
             if self.clients_per_round > pool:
                 raise ConfigError(f"clients_per_round={self.clients_per_round} is more than the "
                                   f"{pool} clients that can be sampled")
-        if not self.server_lr > 0:
-            raise ConfigError(f"server_lr must be > 0, got {self.server_lr}")
-        if not (0 < self.decay <= 1):
-            raise ConfigError(f"decay must be in (0, 1] (1 = no decay), got {self.decay}")
         if self.eval_every < 1 or self.checkpoint_every < 1:
             raise ConfigError("eval_every and checkpoint_every must be >= 1")
+        if attacks and self.algorithm.multi_objective:
+            raise ConfigError(f"attacks rewrite single-objective reports; {self.algorithm.name} sends one update "
+                              "per objective")
+        self.algorithm.check(self)
         return self
 
     @property
@@ -92,17 +100,16 @@ class ExperimentConfig:
         that can be sampled."""
         if self.clients_per_round is not None:
             return self.clients_per_round
-        pool = len(self.eligible_clients) if self.eligible_clients is not None else self.partition.num_clients
+        pool = len(self.eligible_clients) if self.eligible_clients is not None else self.partition.federation_size
         return max(1, math.floor(self.participation * pool + 0.5))
-
-    def server_lr_at(self, t: int) -> float:
-        """FedMGDA+ §6.1.5: ηₜ = η·β^⌊t/100⌋ with β = decay^(100/T)."""
-        beta = self.decay ** (100.0 / self.rounds)
-        return self.server_lr * beta ** (t // 100)
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["algorithm"] = self.algorithm.to_dict()
+        for key in ("partition", "local"):
+            out[key] = dataclasses.asdict(out[key])
+        return _plain(out)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ExperimentConfig":
@@ -129,13 +136,12 @@ class ExperimentConfig:
         return dataclasses.replace(self, **changes)
 
     def key(self) -> str:
-        """A stable hash of every setting (the cache folder's name)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """A stable hash of every setting and of the cache version (the cache folder's name)."""
+        blob = json.dumps({"cache_version": CACHE_VERSION, **self.to_dict()}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def label(self) -> str:
-        opts = ",".join(f"{k}={v}" for k, v in sorted(self.algorithm_options.items()))
-        return f"{self.algorithm}({opts}) seed={self.seed}" if opts else f"{self.algorithm} seed={self.seed}"
+        return f"{self.algorithm.label()} seed={self.seed}"
 
 
 def _build(cls, d: Mapping[str, Any], where: str):

@@ -391,36 +391,38 @@ def min_norm_weights(gram: Any, lam0: Any = None, eps: float = 1.0,
     return _solve_cvxpy(gs, lo, hi)
 
 
-_GRAM_CHUNK = 1 << 22     # elements of float64 per column block (32 MB), whatever d is
+def min_norm_direction(vectors: torch.Tensor, lam0: Any = None, eps: float = 1.0, solver: str = "quadprog",
+                       mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """FedMGDA+ eq. (25) on client vectors: (d = Σᵢ λ*ᵢ vᵢ, λ*). The one min-norm rule of the
+    package: FedMGDA / FedMGDA+ / MGDA-Prox run it on the clients' (normalised) updates, FMGDA
+    on the averaged per-objective updates Δ_s (FMOL eq. (3), ε = 1).
 
-
-def min_norm_direction(vectors: torch.Tensor, lam0: Any = None, eps: float = 1.0,
-                       solver: str = "quadprog") -> tuple[torch.Tensor, torch.Tensor]:
-    """FedMGDA+ eq. (25) on client vectors: (d = Σᵢ λ*ᵢ vᵢ, λ*).
-
-    vectors: (m, d) tensor, one row per client (the aggregators pass the (normalised) updates).
-    G = V Vᵀ is accumulated in float64 over column blocks (no full float64 copy of V), after
-    dividing V by its largest |entry| so that neither 1e200 nor 1e-200 over- or underflows.
-    Returns d and λ as tensors of the input's dtype (float64 for a non-floating input) on the
-    input's device.
+    vectors: (m, d) tensor, one row per client or objective. ``mask`` (d,) bool restricts the
+    QP to some coordinates (FMOL's ``qp_params="shared"``: the trunk of a multi-task model);
+    d combines the whole rows either way. G = V Vᵀ is formed in float64; if that over- or
+    underflows (entries beyond ~1e±150), V is first divided by its largest |entry|, which leaves
+    λ* unchanged. λ* is solved in float64 and d = λ*ᵀV is taken in the input's dtype. Returns d
+    and λ as tensors of the input's dtype (float64 for a non-floating input) on its device.
     """
     v = torch.as_tensor(vectors)
     if v.ndim != 2 or v.shape[0] == 0:
         raise ConfigError(f"vectors must be a non-empty (m, d) matrix, got shape {tuple(v.shape)}")
-    out_dtype = v.dtype if v.is_floating_point() else torch.float64
+    if not v.is_floating_point():
+        v = v.to(torch.float64)
     v = v.detach()
-    m = v.shape[0]
     if not torch.isfinite(v).all():
         raise ConfigError("vectors contain NaN or Inf")
-    peak = float(v.abs().max()) if v.numel() else 0.0
-    peak = peak if peak > 0 else 1.0
-    cols = max(1, _GRAM_CHUNK // m)
-    gram = torch.zeros(m, m, dtype=torch.float64, device=v.device)
-    for block in v.split(cols, dim=1):
-        b = block.to(torch.float64) / peak   # 1/peak could overflow
-        gram += b @ b.T
+    if mask is not None:
+        mask = torch.as_tensor(mask, dtype=torch.bool, device=v.device)
+        if mask.shape != (v.shape[1],):
+            raise ConfigError(f"mask must be a boolean vector of length d = {v.shape[1]}, got shape {tuple(mask.shape)}")
+    sub = v.double() if mask is None else v.double()[:, mask]
+    gram = sub @ sub.T
+    diag = torch.diagonal(gram)
+    peak = float(sub.abs().max()) if sub.numel() else 0.0
+    if not torch.isfinite(gram).all() or (peak > 0 and float(diag.max()) < 1e-280):
+        scaled = sub / peak
+        gram = scaled @ scaled.T
     lam = min_norm_weights(gram.cpu().numpy(), lam0, eps, solver)
-    lam64 = torch.from_numpy(lam).to(v.device)
-    direction = torch.cat([lam64 @ block.to(torch.float64) for block in v.split(cols, dim=1)]) \
-        if v.shape[1] else torch.zeros(0, dtype=torch.float64, device=v.device)
-    return direction.to(out_dtype), lam64.to(out_dtype)
+    lam_t = torch.as_tensor(lam, dtype=v.dtype, device=v.device)
+    return lam_t @ v, lam_t

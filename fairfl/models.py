@@ -1,9 +1,16 @@
 """The papers' models, built by name. The feed-forward ones keep their layers in one
 ``nn.Sequential`` called ``net``, which lets ``fairfl.stacked`` train many clients' copies at
-once with fused kernels; the character LSTM does not (see ``fairfl.local`` for its path).
-Every model outputs logits: the loss applies the softmax
-(a softmax layer followed by cross-entropy is a double softmax that compresses losses and
-changes loss-ordered methods such as FedFV and q-FedAvg; REPRODUCTION.md, known traps)."""
+once with fused kernels; the character LSTM does not (see ``fairfl.client`` for its path).
+Every model outputs logits: the loss applies the softmax (a softmax layer followed by
+cross-entropy is a double softmax that compresses losses and changes loss-ordered methods such
+as FedFV and q-FedAvg).
+
+Multi-task models (FMOL's two-head LeNet) are a shared ``trunk`` with one head per task; the
+parameters objective s moves are the trunk's and head s's, and :func:`objective_view` gives the
+single-task model of objective s (trunk + head s, sharing the parameters) that local training
+uses, with :func:`objective_indices` locating its parameters in the flat vector of the whole
+model.
+"""
 from __future__ import annotations
 
 from typing import Callable
@@ -94,6 +101,103 @@ class LogisticRegression(nn.Module):
         return self.net(x)
 
 
+class MultiTaskNet(nn.Module):
+    """A shared ``trunk`` and one ``heads[s]`` per task; ``forward(x)`` returns (b, S, classes)
+    logits (every task's head on one trunk pass), ``forward(x, task)`` task ``task``'s."""
+
+    def __init__(self, trunk: nn.Sequential, heads: list[nn.Sequential]):
+        super().__init__()
+        if len(heads) < 1:
+            raise ConfigError("a multi-task model needs at least one head")
+        self.trunk = trunk
+        self.heads = nn.ModuleList(heads)
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self.heads)
+
+    def forward(self, x, task: int | None = None):
+        z = self.trunk(x)
+        if task is not None:
+            return self.heads[task](z)
+        return torch.stack([head(z) for head in self.heads], dim=1)
+
+
+class ObjectiveView(nn.Module):
+    """Objective s of a :class:`MultiTaskNet` as a single-task model: ``net`` = trunk then head
+    s, holding the very same parameter tensors (so ``fairfl.stacked`` can fuse it)."""
+
+    def __init__(self, model: MultiTaskNet, task: int):
+        super().__init__()
+        self.net = nn.Sequential(*model.trunk, *model.heads[task])
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def multi_lenet(num_tasks: int = 2, num_classes: int = 10, in_channels: int = 1,
+                image_size: int = 28) -> MultiTaskNet:
+    """FMOL's MultiMNIST model. The FMOL paper names no architecture (App. D); we use the
+    LeNet-style trunk usual for MultiMNIST in the MTL-as-MOO work FMOL cites ([1], Sener &
+    Koltun 2018), with one two-layer head per task:
+
+        trunk: Conv(1→10, 5×5) → MaxPool 2 → ReLU → Conv(10→20, 5×5) → MaxPool 2 → ReLU
+               → Flatten (320) → Linear(320→50) → ReLU
+        head s: Linear(50→50) → ReLU → Linear(50→10)          (logits)
+
+    For 2 tasks and 28×28 inputs: a 21,330-parameter trunk and two 3,060-parameter heads
+    (27,450 in all). PyTorch's default initialisation (weights and biases uniform on ±1/√fan_in)."""
+    if num_tasks < 1 or num_classes < 2:
+        raise ConfigError(f"multi_lenet needs num_tasks >= 1 and num_classes >= 2, got {num_tasks}, {num_classes}")
+    side = ((image_size - 4) // 2 - 4) // 2
+    if side < 1:
+        raise ConfigError(f"multi_lenet needs images of at least 16×16 pixels, got {image_size}")
+    trunk = nn.Sequential(
+        nn.Conv2d(in_channels, 10, 5), nn.MaxPool2d(2), nn.ReLU(),
+        nn.Conv2d(10, 20, 5), nn.MaxPool2d(2), nn.ReLU(),
+        nn.Flatten(), nn.Linear(20 * side * side, 50), nn.ReLU())
+    heads = [nn.Sequential(nn.Linear(50, 50), nn.ReLU(), nn.Linear(50, num_classes)) for _ in range(num_tasks)]
+    return MultiTaskNet(trunk, heads)
+
+
+def num_tasks(model: nn.Module) -> int:
+    """Heads of a multi-task model; 1 for every other model."""
+    return model.num_tasks if isinstance(model, MultiTaskNet) else 1
+
+
+def objective_view(model: nn.Module, task: int) -> nn.Module:
+    """The single-task model that objective ``task`` trains: the model itself when it has one
+    task, else trunk + head ``task`` (an :class:`ObjectiveView`)."""
+    if not isinstance(model, MultiTaskNet):
+        if task != 0:
+            raise ConfigError(f"{type(model).__name__} has one task; objective {task} does not exist")
+        return model
+    return ObjectiveView(model, task)
+
+
+def objective_indices(model: nn.Module, task: int) -> torch.Tensor:
+    """Positions in the flat parameter vector (``parameters()`` order) of the parameters of
+    :func:`objective_view` ``(model, task)``, in the view's own order."""
+    sizes = [p.numel() for p in model.parameters()]
+    offsets = [0]
+    for n in sizes:
+        offsets.append(offsets[-1] + n)
+    if not isinstance(model, MultiTaskNet):
+        return torch.arange(offsets[-1])
+    position = {id(p): k for k, p in enumerate(model.parameters())}
+    wanted = [position[id(p)] for p in objective_view(model, task).parameters()]
+    return torch.cat([torch.arange(offsets[k], offsets[k + 1]) for k in wanted])
+
+
+def shared_mask(model: nn.Module) -> torch.Tensor:
+    """Flat boolean mask of the parameters every objective moves (a multi-task model's trunk;
+    every parameter of a single-task model)."""
+    if not isinstance(model, MultiTaskNet):
+        return torch.ones(sum(p.numel() for p in model.parameters()), dtype=torch.bool)
+    trunk = {id(p) for p in model.trunk.parameters()}
+    return torch.cat([torch.full((p.numel(),), id(p) in trunk, dtype=torch.bool) for p in model.parameters()])
+
+
 class CharLSTM(nn.Module):
     """The Shakespeare next-character model of LEAF / q-FFL / FedMGDA+ §6.1.3 (after McMahan et
     al. 2017): each input character embedded in 8 dimensions, two stacked LSTM layers of 256
@@ -122,6 +226,8 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 # name -> builder(input_shape, num_classes, **options)
 MODELS: dict[str, Callable[..., nn.Module]] = {
+    # FMOL's two-head LeNet (one head per label column of a multi-task dataset)
+    "multi_lenet": lambda shape, nc, num_tasks=2, **kw: multi_lenet(num_tasks, nc, shape[0], shape[-1], **kw),
     "cnn_cifar10": lambda shape, nc, **kw: CifarCNN(nc, **kw),
     "cnn_fmnist": lambda shape, nc, **kw: FashionCNN(nc, **kw),
     "cnn_femnist": lambda shape, nc, **kw: FemnistCNN(nc, **kw),
@@ -142,10 +248,20 @@ def check_model_name(name: str) -> None:
         raise ConfigError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
 
 
+MULTI_TASK_MODELS = ("multi_lenet",)
+
+
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int,
-                seed: int | None = None, **options) -> nn.Module:
-    """Build a model by name; with ``seed`` its initial weights depend on that seed only."""
+                seed: int | None = None, tasks: int = 1, **options) -> nn.Module:
+    """Build a model by name; with ``seed`` its initial weights depend on that seed only.
+    ``tasks`` is the number of label columns of the data: a multi-task model gets one head per
+    task, any other model needs ``tasks == 1``."""
     check_model_name(name)
+    if name in MULTI_TASK_MODELS:
+        options = {"num_tasks": tasks, **options}
+    elif tasks != 1:
+        raise ConfigError(f"model {name!r} has one output head, the data has {tasks} tasks; "
+                          f"use a multi-task model ({', '.join(MULTI_TASK_MODELS)})")
     expected = _EXPECTED_SHAPE.get(name)
     if expected is not None and tuple(input_shape) != expected:
         raise ConfigError(f"model {name!r} takes inputs of shape {expected}, the data has {tuple(input_shape)}")

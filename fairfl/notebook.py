@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .cli import PROFILES
+from .claims import PROFILES
 from .errors import ConfigError
 from .paths import figures_root
 

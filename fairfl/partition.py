@@ -13,16 +13,64 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .datasets import ArrayDataset
+from . import seeding
+from .data.base import ArrayDataset
 from .errors import ConfigError
 
 
 # ----------------------------------------------------------------------------- partitioners
 
-def iid(num_samples: int, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Shuffle, then deal into ``num_clients`` parts whose sizes differ by at most one."""
+def iid(num_samples: int, num_clients: int, rng: np.random.Generator,
+        samples_per_client: int | None = None) -> list[np.ndarray]:
+    """Shuffle, then deal into ``num_clients`` parts whose sizes differ by at most one; with
+    ``samples_per_client``, a uniform random subset of num_clients × samples_per_client samples
+    dealt out (FMOL App. D: M = 10 clients of 256 samples)."""
     _check_clients(num_clients, num_samples)
-    return [np.sort(p) for p in np.array_split(rng.permutation(num_samples), num_clients)]
+    if samples_per_client is None:
+        return [np.sort(p) for p in np.array_split(rng.permutation(num_samples), num_clients)]
+    need = _check_subset(num_clients, samples_per_client, num_samples)
+    picked = rng.choice(num_samples, size=need, replace=False)
+    return [np.sort(p) for p in picked.reshape(num_clients, samples_per_client)]
+
+
+def label_limited(labels: np.ndarray, num_clients: int, samples_per_client: int, labels_per_client: int,
+                  rng: np.random.Generator) -> list[np.ndarray]:
+    """FMOL App. D's non-iid split, after McMahan et al.'s shards: each client gets
+    ``labels_per_client`` shards (sizes differing by at most one) of ``samples_per_client`` samples
+    in all, each shard of a single class. The classes are dealt to the shards cyclically from
+    random permutations of the classes, so every class serves ⌊·⌋ or ⌈·⌉ of the
+    num_clients × labels_per_client shards; a client whose shards drew the same class holds one
+    label. Guarantee: at most ``labels_per_client`` distinct labels per client. Raises
+    ConfigError when more samples are requested than exist (in total, or of one class)."""
+    labels = np.asarray(labels)
+    _check_clients(num_clients, len(labels))
+    _check_subset(num_clients, samples_per_client, len(labels))
+    if not 1 <= labels_per_client <= samples_per_client:
+        raise ConfigError(f"shards_per_client (labels per client) must be in 1..samples_per_client, "
+                          f"got {labels_per_client}")
+    classes = np.unique(labels)
+    num_shards = num_clients * labels_per_client
+    reps = -(-num_shards // len(classes))
+    shard_class = np.concatenate([rng.permutation(classes) for _ in range(reps)])[:num_shards]
+    shard_class = rng.permutation(shard_class).reshape(num_clients, labels_per_client)
+    shard_size = np.array([len(a) for a in np.array_split(np.arange(samples_per_client), labels_per_client)])
+    pools = {}
+    for c in classes:
+        wanted = int(shard_size[np.nonzero(shard_class == c)[1]].sum())
+        pool = np.flatnonzero(labels == c)
+        if wanted > len(pool):
+            raise ConfigError(f"label_limited partition: class {c} is needed for {wanted} samples, the data has "
+                              f"{len(pool)}; use fewer clients or samples per client")
+        pools[c] = list(rng.permutation(pool)[:wanted])
+    out = []
+    for i in range(num_clients):
+        idx = []
+        for j in range(labels_per_client):
+            c = shard_class[i, j]
+            take, pools[c] = pools[c][:shard_size[j]], pools[c][shard_size[j]:]
+            idx += take
+        out.append(np.sort(np.asarray(idx, dtype=np.int64)))
+    return out
 
 
 def label_shards(labels: np.ndarray, num_clients: int, shards_per_client: int,
@@ -110,6 +158,16 @@ def natural(groups: np.ndarray, num_clients: int, rng: np.random.Generator) -> l
     return [order[bounds[g]:bounds[g + 1]] for g in chosen]
 
 
+def _check_subset(num_clients: int, samples_per_client: int, num_samples: int) -> int:
+    if samples_per_client < 1:
+        raise ConfigError(f"samples_per_client must be >= 1, got {samples_per_client}")
+    need = num_clients * samples_per_client
+    if need > num_samples:
+        raise ConfigError(f"{num_clients} clients × {samples_per_client} samples = {need} samples requested, "
+                          f"but the data has only {num_samples}")
+    return need
+
+
 def _check_clients(num_clients: int, num_samples: int) -> None:
     if num_clients < 1:
         raise ConfigError(f"num_clients must be >= 1, got {num_clients}")
@@ -149,7 +207,13 @@ class PartitionSpec:
     ``natural`` makes the dataset's own groups the clients (Shakespeare: speaking roles):
     ``num_clients`` of them, drawn with ``seed`` when the dataset has more; on sequence data
     (``ArrayDataset.sequential``) each client's train / val / test is cut in text order
-    instead of after a shuffle (:func:`split_in_order`)."""
+    instead of after a shuffle (:func:`split_in_order`).
+
+    ``samples_per_client`` gives every client that many samples of a random subset (``iid``)
+    or of single-class shards (``label_limited``: at most ``shards_per_client`` labels per client,
+    FMOL App. D); ``label_column`` is the label column that label-based schemes read on a
+    multi-task dataset (MultiMNIST: 0 = task L). ``pooled`` merges every client's data into one
+    client after the split: centralised training on exactly the federation's data (FMOL's MGD)."""
 
     scheme: str = "iid"
     num_clients: int = 100
@@ -159,6 +223,14 @@ class PartitionSpec:
     attribute_values: tuple[int, ...] = (0, 1)
     split: tuple[float, float, float] | None = (0.8, 0.1, 0.1)
     seed: int = 0
+    samples_per_client: int | None = None
+    label_column: int = 0
+    pooled: bool = False
+
+    @property
+    def federation_size(self) -> int:
+        """Clients of the federated data: ``num_clients``, or 1 when pooled."""
+        return 1 if self.pooled else self.num_clients
 
     def validate(self) -> None:
         if self.scheme not in SCHEMES:
@@ -172,9 +244,13 @@ class PartitionSpec:
                               "'one_class' or 'attribute', whose groups exist in the test file")
         if self.scheme == "one_class" and not self.classes:
             raise ConfigError("scheme 'one_class' needs classes=(...), one per client")
+        if self.scheme == "label_limited" and self.samples_per_client is None:
+            raise ConfigError("scheme 'label_limited' needs samples_per_client")
+        if self.samples_per_client is not None and self.scheme not in ("iid", "label_limited"):
+            raise ConfigError(f"samples_per_client applies to schemes 'iid' and 'label_limited', not {self.scheme!r}")
 
 
-SCHEMES = ("iid", "shards", "dirichlet", "one_class", "attribute", "natural")
+SCHEMES = ("iid", "shards", "dirichlet", "one_class", "attribute", "natural", "label_limited")
 
 
 @dataclass(frozen=True)
@@ -204,18 +280,30 @@ class FederatedData:
     def num_clients(self) -> int:
         return len(self.clients)
 
-    def label_counts(self, part: str = "train") -> np.ndarray:
-        """(clients, classes) matrix of label counts: the heatmap of a partition."""
+    def label_counts(self, part: str = "train", task: int = 0) -> np.ndarray:
+        """(clients, classes) matrix of label counts: the heatmap of a partition (of label column
+        ``task`` on a multi-task dataset)."""
         nc = self.dataset.num_classes
-        return np.stack([np.bincount(getattr(c, f"y_{part}").numpy(), minlength=nc) for c in self.clients])
+
+        def labels(c: Client) -> np.ndarray:
+            y = getattr(c, f"y_{part}").numpy()
+            return y[:, task] if y.ndim == 2 else y
+        return np.stack([np.bincount(labels(c), minlength=nc) for c in self.clients])
 
 
 def partition_indices(ds: ArrayDataset, spec: PartitionSpec) -> list[np.ndarray]:
     spec.validate()
-    rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 0xFA1]))
+    rng = seeding.partition_rng(spec.seed, seeding.PARTITION)
     labels = ds.y_train.numpy()
+    if labels.ndim == 2:
+        if not 0 <= spec.label_column < labels.shape[1]:
+            raise ConfigError(f"label_column={spec.label_column} is not a label column of {ds.name} "
+                              f"(0..{labels.shape[1] - 1})")
+        labels = labels[:, spec.label_column]
     if spec.scheme == "iid":
-        return iid(len(labels), spec.num_clients, rng)
+        return iid(len(labels), spec.num_clients, rng, spec.samples_per_client)
+    if spec.scheme == "label_limited":
+        return label_limited(labels, spec.num_clients, spec.samples_per_client, spec.shards_per_client, rng)
     if spec.scheme == "shards":
         return label_shards(labels, spec.num_clients, spec.shards_per_client, rng)
     if spec.scheme == "dirichlet":
@@ -233,8 +321,20 @@ def partition_indices(ds: ArrayDataset, spec: PartitionSpec) -> list[np.ndarray]
 
 def federate(ds: ArrayDataset, spec: PartitionSpec) -> FederatedData:
     """Partition ``ds`` and split every client's data, all seeded by ``spec.seed`` alone."""
+    fed = _federate(ds, spec)
+    return pool(fed) if spec.pooled else fed
+
+
+def pool(fed: FederatedData) -> FederatedData:
+    """One client holding every client's train, val and test data (in client order)."""
+    cat = lambda part: torch.cat([getattr(c, part) for c in fed.clients])
+    merged = Client(*(cat(part) for part in ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test")))
+    return FederatedData(fed.dataset, fed.spec, [merged], [np.concatenate(fed.train_indices)])
+
+
+def _federate(ds: ArrayDataset, spec: PartitionSpec) -> FederatedData:
     parts = partition_indices(ds, spec)
-    split_rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 0x5B1]))
+    split_rng = seeding.partition_rng(spec.seed, seeding.SPLIT)
     clients = []
     if spec.split is None:
         test_groups = (ds.y_test.numpy() if spec.scheme == "one_class" else ds.groups_test)

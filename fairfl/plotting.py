@@ -12,7 +12,7 @@ import numpy as np
 
 from .paths import figures_root
 from .atomic import atomic_write
-from .simulation import History
+from .loop import History
 
 
 def use_style() -> None:

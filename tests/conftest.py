@@ -76,5 +76,5 @@ def _fail_on_network_attempt():
 @pytest.fixture(scope="session")
 def fmnist(fairfl_env):
     """Real Fashion-MNIST, loaded once per session from the offline copy into the tmp data root."""
-    from fairfl.datasets import load_dataset
+    from fairfl.data import load_dataset
     return load_dataset("fashion_mnist")

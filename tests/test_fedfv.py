@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairfl import ConfigError
-from fairfl.algorithms import make_algorithm
-from fairfl.aggregators import FedAvg, FedFV
-from fairfl.aggregators.fedfv import kept_count, project_conflicts, projection_order
-from fairfl.local import ClientUpdates
+from fairfl.algorithms import Context, make_algorithm
+from fairfl.algorithms.fedavg import FedAvg
+from fairfl.algorithms.fedfv import FedFV, kept_count, project_conflicts, projection_order
+from fairfl.messages import ClientUpdates
 
 
 def reports(updates, losses, clients=None):
@@ -50,11 +50,14 @@ def test_orders():
 def test_random_order_is_deterministic_per_seed_and_round_and_changes_across_rounds():
     g = conflicting_updates(8, 5, seed=1).float()
     r = reports(g, torch.arange(8.0))
-    agg = FedFV(order="random", seed=3)
-    d0 = agg.aggregate(r, agg.init(5, 8), 0).direction
-    assert torch.equal(d0, agg.aggregate(r, agg.init(5, 8), 0).direction)
-    others = [agg.aggregate(r, agg.init(5, 8), t).direction for t in range(1, 6)]
+    agg = FedFV(order="random")
+    d0 = agg.aggregate(r, agg.init(torch.zeros(5), 8), Context(seed=3)).direction
+    assert torch.equal(d0, agg.aggregate(r, agg.init(torch.zeros(5), 8), Context(seed=3)).direction)
+    others = [agg.aggregate(r, agg.init(torch.zeros(5), 8), Context(round=t, seed=3)).direction for t in range(1, 6)]
     assert any(not torch.allclose(d0, o) for o in others)
+    # the order is the loop's stream of (seed, round, purpose): another seed, another order
+    assert any(not torch.allclose(d0, agg.aggregate(r, agg.init(torch.zeros(5), 8), Context(seed=s)).direction)
+               for s in range(4, 9))
 
 
 # ----------------------------------------------------------------------------- internal conflicts
@@ -64,7 +67,7 @@ def test_two_conflicting_gradients_by_hand():
     # g1 → g1 − (−1/2) g2 = (0.5, 0.5);  g2 → g2 − (−1/1) g1 = (0, 1);  mean (0.25, 0.75),
     # rescaled to ‖mean of originals‖ = ‖(0, 0.5)‖ = 0.5.
     r = reports([[1.0, 0.0], [-1.0, 1.0]], [0.1, 0.9])
-    d = FedFV().aggregate(r, {}, 0).direction.double()
+    d = FedFV().aggregate(r, None, Context(round=0)).direction.double()
     expected = torch.tensor([0.25, 0.75], dtype=torch.float64)
     expected = expected / expected.norm() * 0.5
     assert torch.allclose(d, expected, atol=1e-7)
@@ -96,8 +99,8 @@ def test_kept_clients_are_the_highest_loss_ones_and_stay_unprojected():
 def test_alpha_one_tau_zero_is_uniform_fedavg_bit_for_bit():
     g = conflicting_updates(7, 30, seed=2).float()
     r = reports(g, torch.rand(7))
-    assert torch.equal(FedFV(alpha=1.0).aggregate(r, {}, 0).direction,
-                       FedAvg("uniform").aggregate(r, {}, 0).direction)
+    assert torch.equal(FedFV(alpha=1.0).aggregate(r, None, Context(round=0)).direction,
+                       FedAvg("uniform").aggregate(r, None, Context(round=0)).direction)
 
 
 def test_theorem1_later_targets_conflict_less_with_the_average():
@@ -122,27 +125,27 @@ def test_theorem1_later_targets_conflict_less_with_the_average():
 
 def test_zero_gradient_neither_projects_nor_is_projected_into_nan():
     r = reports([[0.0, 0.0], [1.0, 0.0], [-1.0, 0.5]], [0.2, 0.1, 0.3])
-    d = FedFV().aggregate(r, {}, 0).direction
+    d = FedFV().aggregate(r, None, Context(round=0)).direction
     assert torch.isfinite(d).all()
 
 
 def test_parallel_gradients_are_left_alone():
     g = torch.tensor([[1.0, 2.0], [2.0, 4.0], [0.5, 1.0]])
     r = reports(g, [0.3, 0.2, 0.1])
-    agg = FedFV().aggregate(r, {}, 0)
+    agg = FedFV().aggregate(r, None, Context(round=0))
     assert agg.info["internal_projections"] == 0
     assert torch.equal(agg.direction, g.mean(0))
 
 
 def test_antiparallel_gradients_cancel_to_a_zero_step_not_nan():
     r = reports([[1.0, -2.0], [-1.0, 2.0]], [0.1, 0.2])
-    agg = FedFV().aggregate(r, {}, 0)
+    agg = FedFV().aggregate(r, None, Context(round=0))
     assert torch.equal(agg.direction, torch.zeros(2))
 
 
 def test_all_zero_updates():
     r = reports(torch.zeros(3, 4), [0.1, 0.2, 0.3])
-    assert torch.equal(FedFV(tau=1).aggregate(r, FedFV(tau=1).init(4, 3), 5).direction, torch.zeros(4))
+    assert torch.equal(FedFV(tau=1).aggregate(r, FedFV(tau=1).init(torch.zeros(4), 3), Context(round=5)).direction, torch.zeros(4))
 
 
 @settings(max_examples=40, deadline=None)
@@ -151,7 +154,7 @@ def test_all_zero_updates():
 def test_direction_is_finite_and_as_long_as_the_mean(m, d, seed, alpha, scale):
     g = torch.randn(m, d, generator=torch.Generator().manual_seed(seed)) * scale
     r = reports(g, torch.rand(m, generator=torch.Generator().manual_seed(seed)))
-    out = FedFV(alpha=alpha).aggregate(r, {}, 0).direction.double()
+    out = FedFV(alpha=alpha).aggregate(r, None, Context(round=0)).direction.double()
     assert torch.isfinite(out).all()
     mean_norm = g.double().mean(0).norm()
     assert out.norm() == pytest.approx(mean_norm.item(), rel=1e-5) or out.norm() == 0
@@ -161,35 +164,35 @@ def test_direction_is_finite_and_as_long_as_the_mean(m, d, seed, alpha, scale):
 
 def test_history_bookkeeping_with_partial_participation():
     agg = FedFV(tau=2)
-    state = agg.init(2, 6)
+    state = agg.init(torch.zeros(2), 6)
     for t, clients in enumerate([[0, 1], [1, 2], [3]]):
         g = torch.full((len(clients), 2), float(t + 1))
-        state = agg.aggregate(reports(g, torch.rand(len(clients)), clients), state, t).state
+        state = agg.aggregate(reports(g, torch.rand(len(clients)), clients), state, Context(round=t)).state
         if t == 1:   # client 1's round-0 entry replaced by its round-1 update
-            assert dict(zip(state["hist_clients"].tolist(), state["hist_rounds"].tolist())) == {0: 0, 1: 1, 2: 1}
+            assert dict(zip(state.clients.tolist(), state.rounds.tolist())) == {0: 0, 1: 1, 2: 1}
     # after round 2 the window of round 3 is rounds 1–2: client 0 (round 0) is gone
-    assert dict(zip(state["hist_clients"].tolist(), state["hist_rounds"].tolist())) == {1: 1, 2: 1, 3: 2}
-    assert torch.equal(state["hist_updates"][state["hist_clients"] == 3], torch.full((1, 2), 3.0))
+    assert dict(zip(state.clients.tolist(), state.rounds.tolist())) == {1: 1, 2: 1, 3: 2}
+    assert torch.equal(state.updates[state.clients == 3], torch.full((1, 2), 3.0))
 
 
 def test_external_projection_removes_the_conflict_with_an_absent_client():
     agg = FedFV(tau=1)
-    state = agg.init(2, 5)
+    state = agg.init(torch.zeros(2), 5)
     absent = torch.tensor([[-1.0, 0.3]])
-    state = agg.aggregate(reports(absent, [0.5], clients=[4]), state, 0).state
+    state = agg.aggregate(reports(absent, [0.5], clients=[4]), state, Context()).state
     r = reports([[1.0, 0.0], [1.0, 0.2]], [0.1, 0.2], clients=[0, 1])   # both conflict with client 4
-    out = agg.aggregate(r, state, 1)
+    out = agg.aggregate(r, state, Context(round=1))
     assert out.info["external_projections"] == 1
     assert out.direction.double() @ absent[0].double() == pytest.approx(0.0, abs=1e-6)
     # before τ rounds have passed nothing is projected
-    assert FedFV(tau=3).aggregate(r, FedFV(tau=3).init(2, 5) | state, 1).info["external_projections"] == 0
+    assert FedFV(tau=3).aggregate(r, state, Context(round=1)).info["external_projections"] == 0
 
 
 def test_tau_zero_keeps_no_history():
     agg = FedFV(tau=0)
-    state = agg.init(3, 4)
-    out = agg.aggregate(reports(torch.ones(2, 3), [0.1, 0.2]), state, 0)
-    assert len(out.state["hist_clients"]) == 0
+    state = agg.init(torch.zeros(3), 4)
+    out = agg.aggregate(reports(torch.ones(2, 3), [0.1, 0.2]), state, Context())
+    assert len(out.state.clients) == 0
 
 
 # ----------------------------------------------------------------------------- errors
@@ -197,17 +200,18 @@ def test_tau_zero_keeps_no_history():
 @pytest.mark.parametrize("opts, word", [({"alpha": 1.5}, "alpha"), ({"alpha": -0.1}, "alpha"),
                                         ({"tau": -1}, "tau"), ({"tau": 1.5}, "tau"), ({"order": "sideways"}, "order")])
 def test_bad_options_are_named(opts, word):
-    with pytest.raises(ConfigError, match=word):
-        make_algorithm("fedfv", **opts)
+    with pytest.raises(ConfigError, match=f"fedfv: {word}="):
+        make_algorithm({"name": "fedfv", **opts})
 
 
 def test_missing_losses_is_an_error():
     r = ClientUpdates(np.arange(2), torch.ones(2, 3), torch.full((2,), 5))
     with pytest.raises(ValueError, match="loss_before"):
-        FedFV().aggregate(r, {}, 0)
+        FedFV().aggregate(r, None, Context(round=0))
 
 
 def test_registered_and_requires_losses():
-    algo = make_algorithm("fedfv", alpha=1 / 3, tau=0)
-    assert isinstance(algo.aggregator, FedFV) and "loss_before" in algo.aggregator.requires
-    assert math.isclose(algo.aggregator.alpha, 1 / 3)
+    algo = make_algorithm({"name": "fedfv", "alpha": 1 / 3, "tau": 0})
+    assert isinstance(algo, FedFV) and "loss_before" in algo.requires
+    assert math.isclose(algo.alpha, 1 / 3)
+    assert algo.configure(Context(num_clients=3, num_sampled=3), None).loss_before

@@ -29,8 +29,9 @@ def test_parameter_counts_dropout_free_and_small_models():
 
 
 def test_every_registered_model_is_covered():
-    # the character LSTM reads int64 token windows, not float inputs: tests/test_shakespeare.py
-    assert set(MODELS) == set(SHAPES) | {"lstm_shakespeare"}
+    # the character LSTM reads int64 token windows, not float inputs: tests/test_shakespeare.py;
+    # the multi-task LeNet has one head per task: tests/test_fmgda.py
+    assert set(MODELS) == set(SHAPES) | {"lstm_shakespeare", "multi_lenet"}
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))

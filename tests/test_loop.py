@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-import fairfl.experiments as experiments
+import fairfl.sweeps as experiments
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.aggregators import Aggregate, FedAvg
+from fairfl.algorithms import sample_clients
+from fairfl.algorithms.fedavg import FedAvg
 from fairfl.errors import RunFailedError, TrainingDivergedError
-from fairfl.experiments import ProcessBackend, SerialBackend, is_cached, run, run_dir, run_many
-from fairfl.simulation import CHECKPOINT, History, load_checkpoint, sample_clients, simulate
+from fairfl.loop import CHECKPOINT, History, load_checkpoint, simulate
+from fairfl.messages import Aggregate
+from fairfl.schedules import step_decay
+from fairfl.sweeps import ProcessBackend, SerialBackend, is_cached, run, run_dir, run_many
 
 CFG = ExperimentConfig(
     dataset="fashion_mnist",
@@ -53,14 +56,14 @@ def reference(fmnist, tmp_path_factory):
 def test_reference_run_is_well_formed(reference):
     h, blob = reference
     assert h.eval_rounds == [0, 2, 4]
-    assert h.rounds_done == 4 and blob["round"] == 4
+    assert h.rounds_done == 4 and blob.round == 4
     assert h.acc().shape == (3, 10)
     assert all(len(s) == 3 and len(set(s)) == 3 for s in h.sampled)       # round(0.3 * 10) = 3
     assert h.round_lr == [1.0] * 4
     assert all(0.0 <= v <= 1.0 for v in h.round_improved)
     assert h.train_loss[-1] < h.train_loss[0]                              # it learns
     assert np.mean(h.final_acc()) > np.mean(h.acc()[0])
-    assert torch.isfinite(blob["params"]).all()
+    assert torch.isfinite(blob.params).all()
 
 
 # ----------------------------------------------------------------------------- (a) determinism
@@ -89,20 +92,20 @@ def test_resume_from_checkpoint_equals_uninterrupted_run(reference, tmp_path):
     ref, ref_blob = reference
     part = _sim(CFG, checkpoint_dir=tmp_path, stop_after=2)
     assert part.rounds_done == 2 and part.eval_rounds == [0, 2]
-    assert load_checkpoint(tmp_path, CFG)["round"] == 2
+    assert load_checkpoint(tmp_path, CFG).round == 2
     resumed = _sim(CFG, checkpoint_dir=tmp_path)
     assert resumed.rounds_done == 4
     assert_same_history(resumed, ref)
     blob = load_checkpoint(tmp_path, CFG)
-    assert blob["round"] == 4
-    assert torch.equal(blob["params"], ref_blob["params"])      # the final model, bit for bit
+    assert blob.round == 4
+    assert torch.equal(blob.params, ref_blob.params)      # the final model, bit for bit
 
 
 def test_checkpoint_of_another_config_is_ignored(fmnist, tmp_path):
     _sim(CFG, checkpoint_dir=tmp_path, stop_after=2)
     other = CFG.replace(seed=1)
     assert load_checkpoint(tmp_path, other) is None
-    assert load_checkpoint(tmp_path, CFG)["round"] == 2
+    assert load_checkpoint(tmp_path, CFG).round == 2
 
 
 # ----------------------------------------------------------------------------- (c) both paths
@@ -139,7 +142,7 @@ def test_batched_and_sequential_paths_agree_exactly_in_float64(fmnist, float64):
     n = 6000  # a tenth of the training file (20 shards of 300) keeps the float64 copy small
     ds = dataclasses.replace(fmnist, x_train=fmnist.x_train[:n].double(), y_train=fmnist.y_train[:n],
                              x_test=fmnist.x_test[:10].double(), y_test=fmnist.y_test[:10])
-    cfg = CFG.replace(algorithm="fedprox", algorithm_options={"mu": 0.01},
+    cfg = CFG.replace(algorithm={"name": "fedprox", "mu": 0.01},
                       local=LocalTraining(batch_size=50, momentum=0.5, weight_decay=1e-4))
     fed = federate(ds, cfg.partition)
     a = _sim(cfg.replace(batched=True), fed=fed)
@@ -153,26 +156,29 @@ def test_batched_and_sequential_paths_agree_exactly_in_float64(fmnist, float64):
 # ----------------------------------------------------------------------------- (d) server schedule
 
 def test_server_lr_schedule_fedmgda():
-    cfg = ExperimentConfig(rounds=200, server_lr=2.0, decay=0.5)
-    beta = 0.5 ** (100 / 200)                      # = 1/sqrt(2)
-    assert cfg.server_lr_at(0) == pytest.approx(2.0)
-    assert cfg.server_lr_at(99) == pytest.approx(2.0)
-    assert cfg.server_lr_at(100) == pytest.approx(2.0 * beta)
-    assert cfg.server_lr_at(199) == pytest.approx(2.0 / math.sqrt(2))
-    cfg = ExperimentConfig(rounds=300, server_lr=1.0, decay=0.1)   # β = 0.1^(1/3)
-    assert cfg.server_lr_at(250) == pytest.approx(0.1 ** (2 / 3))
-    assert cfg.server_lr_at(299) == pytest.approx(0.21544346900318834)
-    cfg = ExperimentConfig(rounds=50, server_lr=0.5, decay=0.01)   # β = 0.01^2; no step before t=100
-    assert cfg.server_lr_at(49) == pytest.approx(0.5)
-    assert cfg.server_lr_at(100) == pytest.approx(0.5 * 1e-4)
-    assert ExperimentConfig(rounds=1000, decay=1.0).server_lr_at(999) == 1.0
+    sched = step_decay(2.0, 0.5)                    # T = 200: β = 0.5^(100/200) = 1/sqrt(2)
+    beta = 0.5 ** (100 / 200)
+    assert sched(0, 200) == pytest.approx(2.0)
+    assert sched(99, 200) == pytest.approx(2.0)
+    assert sched(100, 200) == pytest.approx(2.0 * beta)
+    assert sched(199, 200) == pytest.approx(2.0 / math.sqrt(2))
+    sched = step_decay(1.0, 0.1)                    # T = 300: β = 0.1^(1/3)
+    assert sched(250, 300) == pytest.approx(0.1 ** (2 / 3))
+    assert sched(299, 300) == pytest.approx(0.21544346900318834)
+    sched = step_decay(0.5, 0.01)                   # T = 50: β = 0.01^2; no step before t = 100
+    assert sched(49, 50) == pytest.approx(0.5)
+    assert sched(100, 50) == pytest.approx(0.5 * 1e-4)
+    assert step_decay(1.0, 1.0)(999, 1000) == 1.0
+    # the algorithms with a server step use this schedule
+    step, _, info = FedAvg(server_lr=2.0, decay=0.5).server_optimizer().update(torch.ones(2), None, 150, 200)
+    assert info["lr"] == pytest.approx(2.0 * beta) and torch.allclose(step, torch.full((2,), 2.0 * beta))
 
 
 def test_round_lr_is_logged_and_used(fmnist):
-    cfg = CFG.replace(rounds=1, eval_every=1, server_lr=0.5, decay=0.5)
+    cfg = CFG.replace(rounds=1, eval_every=1, algorithm=FedAvg(server_lr=0.5, decay=0.5))
     h = _sim(cfg)
     assert h.round_lr == [0.5]
-    h_small = _sim(cfg.replace(server_lr=1e-6))
+    h_small = _sim(cfg.replace(algorithm=FedAvg(server_lr=1e-6)))
     # a tiny server step leaves the model (and its training loss) almost where it started
     assert abs(h_small.train_loss[-1] - h_small.train_loss[0]) < 1e-3 < abs(h.train_loss[-1] - h.train_loss[0])
 
@@ -314,9 +320,9 @@ def test_nan_direction_stops_the_run_and_keeps_the_last_checkpoint(fmnist, tmp_p
 
     real = FedAvg.aggregate
 
-    def poisoned(self, reports, state, round_, params=None):
-        agg = real(self, reports, state, round_, params)
-        if round_ == 3:
+    def poisoned(self, reports, state, ctx):
+        agg = real(self, reports, state, ctx)
+        if ctx.round == 3:
             d = agg.direction.clone()
             d[0] = float("nan")
             return Aggregate(d, agg.state, agg.info, agg.weights)
@@ -327,9 +333,9 @@ def test_nan_direction_stops_the_run_and_keeps_the_last_checkpoint(fmnist, tmp_p
     with pytest.raises(TrainingDivergedError, match="round 3: fedavg produced a NaN/Inf direction"):
         _sim(CFG, checkpoint_dir=d)
     blob = load_checkpoint(d, CFG)
-    assert blob is not None and blob["round"] == 2
-    assert torch.equal(blob["params"], expected["params"])
-    assert History.from_state(blob["history"]).rounds_done == 2
+    assert blob is not None and blob.round == 2
+    assert torch.equal(blob.params, expected.params)
+    assert blob.history.rounds_done == 2
     assert not list(d.glob("*.tmp")) and not list(d.glob(".*.tmp"))   # no half-written file left
 
 

@@ -28,22 +28,24 @@ One round, for the m sampled clients' updates gₖ and losses lₖ:
    exactly stays zero (no step) instead of 0/0. When no projection happened the mean is
    returned untouched, so α = 1, τ = 0 is FedAvg with uniform weights bit for bit.
 
-The server step is 1 in the paper (θ ← θ − gᵗ): use ``server_lr=1``.
+The server step is 1 (θ ← θ − gᵗ, Algorithm 1). The random order draws from the loop's
+generator of (seed, round, ``ORDER_STREAM``).
 """
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
-from ..errors import ConfigError
-from ..local import ClientUpdates
-from .base import Aggregate, Aggregator, State
+from ..messages import Aggregate, ClientUpdates
+from .base import Algorithm, Context, option, register
 from .fedavg import sample_weights
 
 ORDERS = ("loss", "random", "reverse")
+ORDER_STREAM = 0xFF          # purpose tag of the random projection order (fairfl.seeding)
 
 
 def kept_count(m: int, alpha: float) -> int:
@@ -89,30 +91,39 @@ def project_conflicts(g: torch.Tensor, order: list[int], keep: set[int]) -> tupl
     return pc, count
 
 
-class FedFV(Aggregator):
-    name: ClassVar[str] = "fedfv"
-    requires: ClassVar[frozenset[str]] = frozenset({"loss_before"})
+@dataclass
+class FedFVState:
+    """The latest raw update of each client seen in the last τ rounds (checkpointed)."""
 
-    def __init__(self, alpha: float = 0.0, tau: int = 0, order: str = "loss", seed: int = 0):
-        if not (isinstance(alpha, (int, float)) and 0 <= alpha <= 1):
-            raise ConfigError(f"FedFV alpha must be in [0, 1] (the share of clients that keep their gradient), got {alpha!r}")
-        if not (isinstance(tau, int) and not isinstance(tau, bool) and tau >= 0):
-            raise ConfigError(f"FedFV tau must be a non-negative integer (rounds of gradient history), got {tau!r}")
-        if order not in ORDERS:
-            raise ConfigError(f"FedFV order={order!r} is not one of {', '.join(ORDERS)}")
-        self.alpha, self.tau, self.order, self.seed = float(alpha), tau, order, int(seed)
+    clients: torch.Tensor      # (h,) client ids
+    rounds: torch.Tensor       # (h,) the round of each entry
+    updates: torch.Tensor      # (h, d)
 
-    def init(self, num_params: int, num_clients: int) -> State:
-        # the latest raw update of each client seen in the last τ rounds
-        return {"hist_clients": torch.zeros(0, dtype=torch.long), "hist_rounds": torch.zeros(0, dtype=torch.long),
-                "hist_updates": torch.zeros(0, num_params)}
 
-    def aggregate(self, reports: ClientUpdates, state: State, round_: int, params=None) -> Aggregate:
+@register
+@dataclass(frozen=True)
+class FedFV(Algorithm):
+    """FedFV (Algorithms 1–3): α is the share of highest-loss clients that keep their gradient,
+    τ the rounds of gradient history, ``order`` the projection order (Table 4's ablation)."""
+
+    name = "fedfv"
+    requires = frozenset({"loss_before"})
+    State = FedFVState
+    alpha: float = option(0.0, low=0.0, high=1.0, doc="share of clients that keep their gradient")
+    tau: int = option(0, low=0, doc="rounds of gradient history (external conflicts)")
+    order: str = option("loss", choices=ORDERS)
+
+    def init(self, params: torch.Tensor, num_clients: int) -> FedFVState:
+        return FedFVState(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
+                          torch.zeros(0, params.numel()))
+
+    def aggregate(self, reports: ClientUpdates, state: FedFVState, ctx: Context) -> Aggregate:
         if reports.loss_before is None:
             raise ValueError("FedFV needs each client's loss at the global model (loss_before)")
+        round_ = ctx.round
         g = reports.updates.double()
         m = len(g)
-        rng = np.random.default_rng([self.seed, round_, 0xFF]) if self.order == "random" else None
+        rng = ctx.rng(ORDER_STREAM) if self.order == "random" else None
         order = projection_order(reports.loss_before, self.order, rng)
         keep = set(order[m - kept_count(m, self.alpha):])
         pc, n_internal = project_conflicts(g, order, keep)
@@ -121,7 +132,7 @@ class FedFV(Aggregator):
 
         n_external = 0
         if self.tau > 0 and round_ >= self.tau:
-            hr, hu = state["hist_rounds"], state["hist_updates"].double()
+            hr, hu = state.rounds, state.updates.double()
             for r in range(round_ - self.tau, round_):           # oldest first (Alg. 3 line 1)
                 rows = hu[hr == r]
                 if len(rows) == 0:
@@ -146,12 +157,12 @@ class FedFV(Aggregator):
         info["cos_to_mean"] = float(direction @ mean) / denom if denom > 0 else float("nan")
         return Aggregate(direction.to(reports.updates.dtype), new_state, info)
 
-    def _updated_history(self, state: State, reports: ClientUpdates, round_: int) -> State:
+    def _updated_history(self, state: FedFVState, reports: ClientUpdates, round_: int) -> FedFVState:
         """Replace the entries of this round's clients with their raw updates; drop what no later
         round's window (t' − τ … t' − 1, t' > round_) can reach."""
         clients = torch.as_tensor(np.asarray(reports.clients), dtype=torch.long)
-        hc, hr, hu = state["hist_clients"], state["hist_rounds"], state["hist_updates"]
+        hc, hr, hu = state.clients, state.rounds, state.updates
         keep = ~torch.isin(hc, clients) & (hr >= round_ + 1 - self.tau)
-        return {"hist_clients": torch.cat([hc[keep], clients]),
-                "hist_rounds": torch.cat([hr[keep], torch.full((len(clients),), round_, dtype=torch.long)]),
-                "hist_updates": torch.cat([hu[keep], reports.updates.detach().to(hu.dtype)])}
+        return FedFVState(torch.cat([hc[keep], clients]),
+                          torch.cat([hr[keep], torch.full((len(clients),), round_, dtype=torch.long)]),
+                          torch.cat([hu[keep], reports.updates.detach().to(hu.dtype)]))

@@ -1,4 +1,4 @@
-"""Server aggregation rules (FedAvg, FedAvg-n) on hand-made and adversarial inputs."""
+"""FedAvg, FedAvg-n and FedProx (fairfl.algorithms.fedavg) on hand-made and adversarial inputs."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,10 +7,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fairfl.aggregators import FedAvg, FedAvgN, normalise_rows
-from fairfl.algorithms import make_algorithm
+from fairfl.algorithms import Context, make_algorithm
+from fairfl.algorithms.fedavg import FedAvg, FedAvgN, FedProx, normalise_rows
+from fairfl.client import LocalTraining
 from fairfl.errors import ConfigError
-from fairfl.local import ClientUpdates, LocalTraining
+from fairfl.messages import ClientUpdates
 
 
 def reports(updates, num_samples=None) -> ClientUpdates:
@@ -24,23 +25,23 @@ def reports(updates, num_samples=None) -> ClientUpdates:
 
 def test_fedavg_weights_by_samples():
     r = reports([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]], [1, 3, 4])
-    agg = FedAvg().aggregate(r, {}, 0)
+    agg = FedAvg().aggregate(r, None, Context(round=0))
     # p = (1/8, 3/8, 4/8): d = (1/8 + 1, 3/8 + 1)
     torch.testing.assert_close(agg.direction, torch.tensor([1.125, 1.375]))
     torch.testing.assert_close(agg.weights, torch.tensor([0.125, 0.375, 0.5]))
-    assert agg.state == {}
+    assert agg.state is None
 
 
 def test_fedavg_uniform_ignores_sample_counts():
     r = reports([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]], [1, 3, 4])
-    agg = FedAvg("uniform").aggregate(r, {}, 0)
+    agg = FedAvg("uniform").aggregate(r, None, Context(round=0))
     torch.testing.assert_close(agg.direction, torch.tensor([1.0, 1.0]))
     torch.testing.assert_close(agg.weights, torch.full((3,), 1 / 3))
 
 
 def test_fedavg_single_client_is_its_update():
     r = reports([[0.5, -2.0, 3.0]], [17])
-    torch.testing.assert_close(FedAvg().aggregate(r, {}, 0).direction, torch.tensor([0.5, -2.0, 3.0]))
+    torch.testing.assert_close(FedAvg().aggregate(r, None, Context(round=0)).direction, torch.tensor([0.5, -2.0, 3.0]))
 
 
 def test_fedavg_bad_weighting():
@@ -54,7 +55,7 @@ def test_fedavg_bad_weighting():
 
 def test_fedavg_n_normalises_rows_and_ignores_zero_rows():
     r = reports([[3.0, 4.0], [0.0, 0.0], [0.0, 2.0]])
-    agg = FedAvgN().aggregate(r, {}, 0)
+    agg = FedAvgN().aggregate(r, None, Context(round=0))
     # units (0.6, 0.8), (0, 0), (0, 1), uniform weights 1/3
     torch.testing.assert_close(agg.direction, torch.tensor([0.2, 0.6]))
     assert torch.isfinite(agg.direction).all()
@@ -63,18 +64,18 @@ def test_fedavg_n_normalises_rows_and_ignores_zero_rows():
 
 def test_fedavg_n_sample_weighting():
     r = reports([[3.0, 4.0], [0.0, 0.0], [0.0, 2.0]], [1, 1, 2])
-    agg = FedAvgN("samples").aggregate(r, {}, 0)
+    agg = FedAvgN("samples").aggregate(r, None, Context(round=0))
     torch.testing.assert_close(agg.direction, torch.tensor([0.15, 0.7]))
 
 
 def test_fedavg_n_all_zero_rows_give_zero_direction():
-    agg = FedAvgN().aggregate(reports(np.zeros((4, 3))), {}, 0)
+    agg = FedAvgN().aggregate(reports(np.zeros((4, 3))), None, Context())
     assert torch.equal(agg.direction, torch.zeros(3))
 
 
 def test_fedavg_n_is_scale_free_per_client():
-    a = FedAvgN().aggregate(reports([[1.0, 2.0, 2.0], [0.0, -4.0, 3.0]]), {}, 0).direction
-    b = FedAvgN().aggregate(reports([[100.0, 200.0, 200.0], [0.0, -0.04, 0.03]]), {}, 0).direction
+    a = FedAvgN().aggregate(reports([[1.0, 2.0, 2.0], [0.0, -4.0, 3.0]]), None, Context(round=0)).direction
+    b = FedAvgN().aggregate(reports([[100.0, 200.0, 200.0], [0.0, -0.04, 0.03]]), None, Context(round=0)).direction
     torch.testing.assert_close(a, b)
     torch.testing.assert_close(a, torch.tensor([1 / 6, (2 / 3 - 0.8) / 2, (2 / 3 + 0.6) / 2]))
 
@@ -86,7 +87,7 @@ def test_normalise_rows():
 
 
 def test_fedavg_n_huge_update_keeps_its_direction():
-    agg = FedAvgN().aggregate(reports([[1e30, 1e30, 1e30, 1e30]]), {}, 0)
+    agg = FedAvgN().aggregate(reports([[1e30, 1e30, 1e30, 1e30]]), None, Context(round=0))
     torch.testing.assert_close(agg.direction, torch.full((4,), 0.5))
 
 
@@ -113,7 +114,7 @@ def update_reports(draw):
 
 @given(r=update_reports(), weighting=st.sampled_from(["samples", "uniform"]))
 def test_fedavg_property_convex_hull(r, weighting):
-    agg = FedAvg(weighting).aggregate(r, {}, 0)
+    agg = FedAvg(weighting).aggregate(r, None, Context(round=0))
     d = agg.direction
     assert d.shape == (r.updates.shape[1],)
     assert torch.isfinite(d).all()
@@ -127,7 +128,7 @@ def test_fedavg_property_convex_hull(r, weighting):
 
 @given(r=update_reports(), weighting=st.sampled_from(["samples", "uniform"]))
 def test_fedavg_n_property_norm_at_most_one(r, weighting):
-    agg = FedAvgN(weighting).aggregate(r, {}, 0)
+    agg = FedAvgN(weighting).aggregate(r, None, Context(round=0))
     d = agg.direction
     assert d.shape == (r.updates.shape[1],)
     assert torch.isfinite(d).all()
@@ -143,32 +144,45 @@ def test_fedavg_n_property_duplicates_of_one_row_give_its_unit_vector(row, scale
     g = np.asarray(row, dtype=np.float32) * scale
     if np.linalg.norm(g.astype(np.float64)) < 1e-6:
         return
-    agg = FedAvgN().aggregate(reports(np.tile(g, (copies, 1))), {}, 0)
+    agg = FedAvgN().aggregate(reports(np.tile(g, (copies, 1))), None, Context())
     unit = torch.from_numpy(g / np.linalg.norm(g))
     torch.testing.assert_close(agg.direction, unit, rtol=1e-4, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- algorithms
 
-def test_algorithms_registry():
+def test_algorithms_registry_and_what_their_clients_do():
     avg = make_algorithm("fedavg")
-    assert isinstance(avg.aggregator, FedAvg) and avg.aggregator.weighting == "samples"
+    assert isinstance(avg, FedAvg) and avg.weighting == "samples"
     n = make_algorithm("fedavg_n")
-    assert isinstance(n.aggregator, FedAvgN) and n.aggregator.weighting == "uniform"
-    prox = make_algorithm("fedprox", mu=0.05)
-    assert prox.local_training(LocalTraining(lr=0.3)) == LocalTraining(lr=0.3, prox_mu=0.05)
-    assert avg.local_training(LocalTraining(lr=0.3)) == LocalTraining(lr=0.3)
+    assert isinstance(n, FedAvgN) and n.weighting == "uniform"
+    prox = make_algorithm({"name": "fedprox", "mu": 0.05})
+    assert isinstance(prox, FedProx) and prox.mu == 0.05
+    ctx = Context(local=LocalTraining(lr=0.3), num_clients=5, num_sampled=2)
+    assert prox.configure(ctx, None).local == LocalTraining(lr=0.3, prox_mu=0.05)
+    assert avg.configure(ctx, None).local == LocalTraining(lr=0.3)
+    assert len(avg.configure(ctx, None).clients) == 2
 
 
-@pytest.mark.parametrize("name, options, match", [
-    ("fedsgd", {}, "unknown algorithm 'fedsgd'"),
-    ("fedavg", {"weighting": "loss"}, "weighting"),
-    ("fedavg", {"eps": 0.1}, "bad options for algorithm 'fedavg'"),
-    ("fedprox", {"mu": -1.0}, "mu"),
+@pytest.mark.parametrize("spec, match", [
+    ("fedsgd", "unknown algorithm 'fedsgd'"),
+    ({"name": "fedavg", "weighting": "loss"}, "weighting='loss' is not allowed; it must be one of 'samples', 'uniform'"),
+    ({"name": "fedavg", "eps": 0.1}, "fedavg: unknown option"),
+    ({"name": "fedprox", "mu": -1.0}, "mu=-1.0 is not allowed"),
+    ({"name": "fedavg", "server_lr": float("inf")}, "server_lr=inf is not allowed"),
+    ({"name": "fedavg", "decay": True}, "decay=True is not allowed"),
+    ({"eps": 0.1}, "mapping with a 'name'"),
 ])
-def test_algorithm_errors(name, options, match):
+def test_algorithm_errors(spec, match):
     with pytest.raises(ConfigError, match=match):
-        make_algorithm(name, **options)
+        make_algorithm(spec)
+
+
+def test_equal_settings_serialise_alike():
+    # an int where a float is expected is canonicalised: one setting, one cache key
+    assert FedAvg(server_lr=1) == FedAvg(server_lr=1.0)
+    assert FedAvg(server_lr=1).to_dict() == FedAvg().to_dict()
+    assert isinstance(FedAvg(server_lr=1).server_lr, float)
 
 
 def test_client_updates_replace_does_not_mutate():

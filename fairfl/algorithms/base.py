@@ -1,0 +1,327 @@
+"""The algorithm contract: an algorithm is one frozen dataclass whose fields are its options,
+validated at construction, and whose methods are the whole round.
+
+Server side (Flower's ``Strategy``: configure → aggregate, with the step of Optax's transformations):
+
+* ``init(params, num_clients) -> state`` — the rule's typed state (a dataclass of tensors, or
+  None), saved in checkpoints (FedFV's gradient history, AFL's λ, DQN-Fed's previous model);
+* ``configure(ctx, state) -> RoundPlan`` — which clients take part and what they are asked to do
+  (local training settings, losses to report, anything sent with the model). Default: the
+  loop's uniform sample, the experiment's local training;
+* ``aggregate(reports, state, ctx) -> Aggregate(direction, state, info, weights)`` — the rule,
+  on the (possibly attacked) reports; the loop then steps w ← w − step;
+* ``server_optimizer() -> Transformation`` — how the direction becomes the step, with its
+  schedule (``fairfl.schedules``; default: a step of 1);
+* ``eval_params(state, params)`` — the global model to evaluate (AFL: the averaged iterate).
+
+Client side (the simulated clients are a :class:`~fairfl.client.ClientRuntime`, handed in by the
+loop, so an algorithm never imports the training engine):
+
+* ``client_update(ctx, plan, clients) -> ClientUpdates`` — what the round's clients send.
+  Default: local SGD from the global model (``clients.train``). Per-client state that must
+  survive rounds and checkpoints (Ditto's personal models) lives in ``clients.states``;
+* ``evaluate(ctx, state, clients) -> Evaluation`` — per-client test accuracy and loss and the
+  averaged training loss; a personalised algorithm evaluates each client's own model.
+
+``check(config)`` rejects, before any data is loaded, experiments the algorithm cannot run.
+Randomness comes from the loop: ``ctx.rng(purpose)`` is a generator of (seed, round, purpose)
+(``fairfl.seeding``). Register an algorithm with :func:`register`; ``ExperimentConfig(algorithm=
+MyAlgorithm(...))`` or ``algorithm={"name": "my_algorithm", ...}`` then runs it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from .. import seeding
+from ..errors import ConfigError
+from ..messages import Aggregate, ClientUpdates
+from ..schedules import Transformation, constant, scale_by_schedule, step_decay
+
+if TYPE_CHECKING:   # only for annotations: algorithms call the runtime they are handed
+    from ..client import ClientRuntime, Evaluation, LocalTraining
+
+
+# ----------------------------------------------------------------------------- what the loop tells a rule
+
+def sample_clients(seed: int, round_: int, num_clients: int, m: int,
+                   eligible: tuple[int, ...] | None = None, forced: tuple[int, ...] = ()) -> np.ndarray:
+    """m distinct clients from a generator of (seed, round) only, sorted: the ``forced`` ones
+    (attackers that take part in every round), then the rest uniformly from ``eligible``
+    (default: every client)."""
+    rng = seeding.sampling_rng(seed, round_)
+    pool = np.arange(num_clients) if eligible is None else np.asarray(sorted(eligible))
+    if not forced:
+        return np.sort(rng.choice(pool, size=m, replace=False))
+    rest = np.setdiff1d(pool, forced)
+    picked = rng.choice(rest, size=m - len(forced), replace=False) if m > len(forced) else []
+    return np.sort(np.concatenate([np.asarray(forced, dtype=np.int64), np.asarray(picked, dtype=np.int64)]))
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the loop tells an algorithm about the round: its index among ``rounds``, the run's
+    seed, the global model x_t (flat), the experiment's local training, and the federation
+    (how many clients, how many per round, who may be sampled, who always takes part).
+    A hand-made ``Context(round=3)`` is enough to test a server rule."""
+
+    round: int = 0
+    rounds: int = 1
+    seed: int = 0
+    params: torch.Tensor | None = None
+    local: Any = None                       # fairfl.client.LocalTraining of the experiment
+    num_clients: int = 1
+    num_sampled: int = 1
+    eligible: tuple[int, ...] | None = None
+    forced: tuple[int, ...] = ()
+
+    def rng(self, purpose: int, *ids: int) -> np.random.Generator:
+        """A generator of (seed, round, purpose[, ids]); see ``fairfl.seeding``."""
+        return seeding.rng(self.seed, self.round, purpose, *ids)
+
+    def sample(self) -> np.ndarray:
+        """The round's clients, uniformly (the loop's default sampling)."""
+        return sample_clients(self.seed, self.round, self.num_clients, self.num_sampled, self.eligible, self.forced)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """What the server asks of a round: who takes part, their local training, which losses they
+    report, and whatever is sent besides the global model (``extras``)."""
+
+    clients: np.ndarray
+    local: Any                              # fairfl.client.LocalTraining
+    loss_before: bool = False
+    loss_after: bool = False
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- options
+
+def option(default: Any, *, low: float | None = None, high: float | None = None, low_open: bool = False,
+           high_open: bool = False, choices: Sequence[Any] | None = None, doc: str = "") -> Any:
+    """A validated option field: a number in [low, high] (open ends with ``*_open``), or one of
+    ``choices``. Its annotation gives the type (int, float, bool, str, optionally ``| None``)."""
+    return field(default=default, metadata={"low": low, "high": high, "low_open": low_open, "high_open": high_open,
+                                            "choices": tuple(choices) if choices is not None else None, "doc": doc})
+
+
+_KINDS = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def _annotation(tp: Any) -> tuple[type | None, bool]:
+    """(int / float / bool / str or None, whether None is allowed) of a field's annotation,
+    written as a string (``from __future__ import annotations``) or as a type."""
+    if isinstance(tp, str):
+        parts = [part.strip() for part in tp.split("|")]
+        optional = "None" in parts
+        rest = [part for part in parts if part != "None"]
+        return (_KINDS.get(rest[0]) if len(rest) == 1 else None), optional
+    args = typing.get_args(tp)
+    if args and (typing.get_origin(tp) is typing.Union or isinstance(tp, types.UnionType)):
+        rest = [a for a in args if a is not type(None)]
+        return (rest[0] if len(rest) == 1 and rest[0] in _KINDS.values() else None), len(rest) < len(args)
+    return (tp if tp in _KINDS.values() else None), False
+
+
+def _describe(meta: Mapping[str, Any], kind: type) -> str:
+    if meta.get("choices"):
+        return "one of " + ", ".join(repr(c) for c in meta["choices"])
+    lo, hi = meta.get("low"), meta.get("high")
+    name = {int: "an integer", float: "a finite number", bool: "True or False", str: "a string"}[kind]
+    if lo is None and hi is None:
+        return name
+    left = "(" if meta.get("low_open") else "["
+    right = ")" if meta.get("high_open") else "]"
+    low = "-inf" if lo is None else f"{lo:g}"
+    high = "inf" if hi is None else f"{hi:g}"
+    return f"{name} in {left}{low}, {high}{right}"
+
+
+def validate_options(obj: Any) -> None:
+    """scikit-learn's rule: every option is checked at construction, and a bad one raises one
+    ConfigError naming the algorithm, the option, its value and what is allowed. Numbers are
+    canonicalised (an int given for a float option becomes a float), so that equal settings
+    serialise, and hash, alike."""
+    owner = getattr(obj, "name", "") or type(obj).__name__
+    for f in dataclasses.fields(obj):
+        if not f.init:
+            continue
+        value = getattr(obj, f.name)
+        kind, optional = _annotation(f.type)
+        if kind is None or (value is None and optional):
+            continue
+        meta = f.metadata or {}
+
+        def bad() -> ConfigError:
+            return ConfigError(f"{owner}: {f.name}={value!r} is not allowed; it must be {_describe(meta, kind)}"
+                               + (" or None" if optional else ""))
+        if kind is bool:
+            if not isinstance(value, (bool, np.bool_)):
+                raise bad()
+            value = bool(value)
+        elif kind is int:
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                raise bad()
+            value = int(value)
+        elif kind is float:
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise bad()
+            value = float(value)
+            if not math.isfinite(value):
+                raise bad()
+        elif kind is str and not isinstance(value, str):
+            raise bad()
+        if meta.get("choices") is not None and value not in meta["choices"]:
+            raise bad()
+        lo, hi = meta.get("low"), meta.get("high")
+        if lo is not None and (value < lo or (meta.get("low_open") and value == lo)):
+            raise bad()
+        if hi is not None and (value > hi or (meta.get("high_open") and value == hi)):
+            raise bad()
+        object.__setattr__(obj, f.name, value)
+
+
+# ----------------------------------------------------------------------------- the contract
+
+@dataclass(frozen=True)
+class Algorithm:
+    """Base class of every algorithm (see the module docstring). Subclasses are frozen
+    dataclasses: set ``name``, declare options with :func:`option`, implement :meth:`aggregate`."""
+
+    name: ClassVar[str] = ""
+    requires: ClassVar[frozenset[str]] = frozenset()     # "loss_before" / "loss_after": what the rule reads
+    multi_objective: ClassVar[bool] = False               # clients send one update per objective (FMOL)
+    State: ClassVar[type | None] = None                   # dataclass of the server state (None: stateless)
+    ClientState: ClassVar[type | None] = None             # dataclass of one client's state (None: none kept)
+
+    def __post_init__(self) -> None:
+        validate_options(self)
+
+    # -- server side
+    def init(self, params: torch.Tensor, num_clients: int) -> Any:
+        return None
+
+    def configure(self, ctx: Context, state: Any) -> RoundPlan:
+        return RoundPlan(ctx.sample(), ctx.local, loss_before="loss_before" in self.requires,
+                         loss_after="loss_after" in self.requires)
+
+    def aggregate(self, reports: ClientUpdates, state: Any, ctx: Context) -> Aggregate:
+        raise NotImplementedError(f"{type(self).__name__} must implement aggregate()")
+
+    def server_optimizer(self) -> Transformation:
+        return scale_by_schedule(constant(1.0))
+
+    def eval_params(self, state: Any, params: torch.Tensor) -> torch.Tensor:
+        return params
+
+    # -- client side
+    def client_update(self, ctx: Context, plan: RoundPlan, clients: "ClientRuntime") -> ClientUpdates:
+        return clients.train(plan.clients, ctx.params, plan.local, loss_before=plan.loss_before,
+                             loss_after=plan.loss_after)
+
+    def evaluate(self, ctx: Context, state: Any, clients: "ClientRuntime") -> "Evaluation":
+        return clients.evaluate(self.eval_params(state, ctx.params))
+
+    # -- the experiment as a whole
+    def check(self, config: Any) -> None:
+        """Reject an experiment this algorithm cannot run (called before any data is loaded)."""
+
+    # -- (de)serialisation
+    def options(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.init}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **self.options()}
+
+    def label(self) -> str:
+        """``name(option=value, …)`` with the options that differ from their defaults."""
+        changed = [f"{f.name}={getattr(self, f.name):g}" if isinstance(getattr(self, f.name), float)
+                   else f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
+                   if f.init and getattr(self, f.name) != f.default]
+        return f"{self.name}({', '.join(changed)})" if changed else self.name
+
+
+class ServerStep:
+    """Mixin for rules whose paper has a server learning rate: ``server_lr`` and ``decay`` give
+    FedMGDA+ §6.1.5's schedule ηₜ = η·β^⌊t/100⌋, β = decay^(100/T) (``decay = 1``: constant η).
+    The dataclass fields themselves are declared by each algorithm (dataclass field order)."""
+
+    def server_optimizer(self) -> Transformation:
+        return scale_by_schedule(step_decay(self.server_lr, self.decay))
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, (tuple, list)):
+        return [_plain(v) for v in x]
+    return x
+
+
+# ----------------------------------------------------------------------------- the registry
+
+ALGORITHMS: dict[str, type[Algorithm]] = {}
+
+
+def register(cls: type[Algorithm]) -> type[Algorithm]:
+    """Class decorator: make ``cls`` findable by its ``name`` (``make_algorithm``, configs, the
+    CLI). Registering a different class under a taken name is an error."""
+    if not cls.name:
+        raise TypeError(f"{cls.__name__} has no name")
+    known = ALGORITHMS.get(cls.name)
+    if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise ValueError(f"an algorithm named {cls.name!r} is already registered ({known.__module__}.{known.__qualname__})")
+    ALGORITHMS[cls.name] = cls
+    return cls
+
+
+def make_algorithm(spec: Any) -> Algorithm:
+    """An algorithm from an instance (returned as is), a name (default options), or a mapping
+    ``{"name": ..., option: value, ...}`` (a config file's form). Unknown names and options
+    raise a ConfigError naming them and what is known."""
+    if isinstance(spec, Algorithm):
+        return spec
+    if isinstance(spec, str):
+        spec = {"name": spec}
+    if not isinstance(spec, Mapping) or "name" not in spec:
+        raise ConfigError(f"algorithm must be an Algorithm, a name or a mapping with a 'name', got {spec!r}")
+    options = dict(spec)
+    name = options.pop("name")
+    cls = ALGORITHMS.get(name)
+    if cls is None:
+        raise ConfigError(f"unknown algorithm {name!r}; known: {', '.join(sorted(ALGORITHMS))}")
+    allowed = [f.name for f in dataclasses.fields(cls) if f.init]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ConfigError(f"{name}: unknown option(s) {', '.join(unknown)}; its options are: "
+                          f"{', '.join(allowed) or 'none'}")
+    options = {k: tuple(tuple(x) if isinstance(x, list) else x for x in v) if isinstance(v, list) else v
+               for k, v in options.items()}
+    return cls(**options)
+
+
+# ----------------------------------------------------------------------------- typed state <-> checkpoint
+
+def state_to_plain(state: Any) -> Any:
+    """A typed state (dataclasses of tensors and numbers, lists, dicts) as plain containers that
+    ``torch.load(weights_only=True)`` accepts."""
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        return {f.name: state_to_plain(getattr(state, f.name)) for f in dataclasses.fields(state)}
+    if isinstance(state, (list, tuple)):
+        return [state_to_plain(v) for v in state]
+    if isinstance(state, dict):
+        return {k: state_to_plain(v) for k, v in state.items()}
+    return state
+
+
+def state_from_plain(cls: Any, plain: Any) -> Any:
+    """The inverse of :func:`state_to_plain` for a state of dataclass ``cls`` (None: as is)."""
+    if plain is None or cls is None:
+        return plain
+    return cls(**plain)

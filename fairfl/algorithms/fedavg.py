@@ -1,0 +1,88 @@
+"""FedAvg (McMahan et al. 2017), FedAvg-n (FedMGDA+ §6: FedAvg on unit-normalised updates) and
+FedProx (Li et al. 2020: FedAvg whose clients add a proximal term)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from ..messages import Aggregate, ClientUpdates
+from .base import Algorithm, Context, RoundPlan, ServerStep, option, register
+
+
+def sample_weights(reports: ClientUpdates, weighting: str) -> torch.Tensor:
+    """FedAvg's pₖ: ∝ nₖ ("samples") or 1/m ("uniform", FedMGDA+'s λ₀)."""
+    if weighting == "samples":
+        w = reports.num_samples.to(torch.float64)
+    else:
+        w = torch.ones(reports.m, dtype=torch.float64)
+    return (w / w.sum()).to(reports.updates.dtype)
+
+
+def row_norms(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(‖gᵢ‖, gᵢ / maxⱼ|gᵢⱼ|): norms computed on rows rescaled by their largest entry, so that
+    neither 1e30 (the sum of squares overflows float32) nor 1e-30 (it underflows) is lost."""
+    peak = g.abs().amax(dim=1, keepdim=True)
+    scaled = g / torch.where(peak > 0, peak, torch.ones_like(peak))
+    return peak.squeeze(1) * scaled.norm(dim=1), scaled
+
+
+def normalise_rows(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unit-normalise each row; a zero row stays zero instead of becoming NaN (the FedMGDA+
+    released code divided by 0). Any non-zero finite row, however large or small, keeps its
+    direction. Returns (unit rows, norms)."""
+    norms, scaled = row_norms(g)
+    scaled_norms = scaled.norm(dim=1, keepdim=True)
+    unit = scaled / torch.where(scaled_norms > 0, scaled_norms, torch.ones_like(scaled_norms))
+    return unit, norms
+
+
+WEIGHTINGS = ("samples", "uniform")
+
+
+@register
+@dataclass(frozen=True)
+class FedAvg(ServerStep, Algorithm):
+    """d = Σₖ pₖ gₖ with pₖ ∝ nₖ (``weighting="samples"``, McMahan et al.) or pₖ = 1/m
+    (``"uniform"``, the λ₀ of FedMGDA+); step ηₜ·d with FedMGDA+'s schedule (``server_lr``,
+    ``decay``; the defaults give plain FedAvg's step of 1)."""
+
+    name = "fedavg"
+    weighting: str = option("samples", choices=WEIGHTINGS)
+    server_lr: float = option(1.0, low=0.0, low_open=True)
+    decay: float = option(1.0, low=0.0, high=1.0, low_open=True)
+
+    def aggregate(self, reports: ClientUpdates, state: Any, ctx: Context) -> Aggregate:
+        w = sample_weights(reports, self.weighting)
+        return Aggregate(w @ reports.updates, state, weights=w)
+
+
+@register
+@dataclass(frozen=True)
+class FedAvgN(ServerStep, Algorithm):
+    """FedAvg-n: d = Σₖ pₖ gₖ/‖gₖ‖ (zero updates contribute zero). With the server step η and
+    its decay this is FedMGDA+ with ε = 0 (FedMGDA+ §6.1.4)."""
+
+    name = "fedavg_n"
+    weighting: str = option("uniform", choices=WEIGHTINGS)
+    server_lr: float = option(1.0, low=0.0, low_open=True)
+    decay: float = option(1.0, low=0.0, high=1.0, low_open=True)
+
+    def aggregate(self, reports: ClientUpdates, state: Any, ctx: Context) -> Aggregate:
+        w = sample_weights(reports, self.weighting)
+        unit, norms = normalise_rows(reports.updates)
+        return Aggregate(w @ unit, state, {"mean_update_norm": float(norms.mean())}, weights=w)
+
+
+@register
+@dataclass(frozen=True)
+class FedProx(FedAvg):
+    """FedProx: FedAvg whose clients minimise fₖ(w) + (μ/2)‖w − wₜ‖² locally."""
+
+    name = "fedprox"
+    mu: float = option(0.01, low=0.0)
+
+    def configure(self, ctx: Context, state: Any) -> RoundPlan:
+        plan = super().configure(ctx, state)
+        return replace(plan, local=replace(plan.local, prox_mu=self.mu))

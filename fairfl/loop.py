@@ -1,0 +1,271 @@
+"""The one round loop, for every algorithm:
+
+    configure → clients' update → attacks → aggregate → server step → (evaluate) → (checkpoint)
+
+Each step is the algorithm's (``fairfl.algorithms.base``); the loop only keeps the run's state
+(global model, the rule's state, the server optimiser's state, the clients' states), records the
+:class:`History` and writes checkpoints.
+
+Determinism: every random choice of round t is drawn from a generator of (seed, t, purpose)
+(``fairfl.seeding``), never from a generator carried across rounds. A resumed run therefore
+needs only the states and the history from its checkpoint to continue exactly as an
+uninterrupted run would (tested).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import seeding
+from .algorithms.base import Context, state_from_plain, state_to_plain
+from .atomic import atomic_write, read_json_npz, write_json_npz
+from .attacks import make_attack
+from .client import ClientRuntime, Evaluation, flat_params
+from .config import ExperimentConfig
+from .data import load_dataset
+from .errors import TrainingDivergedError
+from .models import build_model
+from .partition import FederatedData, federate
+
+try:
+    from tqdm.auto import tqdm
+except ImportError:  # pragma: no cover
+    tqdm = None
+
+
+# ----------------------------------------------------------------------------- history
+
+@dataclass
+class History:
+    """Everything a run measured. Saved as JSON (config, per-round scalars) + NPZ (per-client
+    arrays); never pickled. For a multi-objective run (FMOL) every evaluation holds one value per
+    objective: ``test_acc`` [eval][client][objective], ``train_loss`` [eval][objective]."""
+
+    config: dict[str, Any]
+    eval_rounds: list[int] = field(default_factory=list)      # rounds completed at each evaluation
+    test_acc: list[list] = field(default_factory=list)         # [eval][client]
+    test_loss: list[list] = field(default_factory=list)
+    train_loss: list = field(default_factory=list)             # uniform mean over all clients
+    round_lr: list[float] = field(default_factory=list)        # ηₜ per round
+    round_improved: list[float] = field(default_factory=list)  # share of improved participants (NaN: not tracked)
+    round_time: list[float] = field(default_factory=list)      # seconds per round
+    sampled: list[list[int]] = field(default_factory=list)     # client ids per round
+    info: dict[str, list] = field(default_factory=dict)        # the rule's per-round log (scalars or short vectors)
+
+    # -- views
+    @property
+    def rounds_done(self) -> int:
+        return len(self.round_lr)
+
+    def acc(self) -> np.ndarray:
+        """(evaluations, clients[, objectives]) test accuracy."""
+        return np.asarray(self.test_acc, dtype=np.float64)
+
+    def final_acc(self) -> np.ndarray:
+        return self.acc()[-1]
+
+    def mean_acc(self) -> np.ndarray:
+        """Average client test accuracy per evaluation (per objective: (evaluations, S))."""
+        return np.nanmean(self.acc(), axis=1)
+
+    def train_losses(self) -> np.ndarray:
+        """(evaluations,) averaged training loss, or (evaluations, S) per objective."""
+        return np.asarray(self.train_loss, dtype=np.float64)
+
+    def rounds_to(self, threshold: float) -> np.ndarray:
+        """First evaluated round at which the training loss is ≤ ``threshold`` (per objective for
+        a multi-objective run); inf where the run never reached it (so that "more than T rounds"
+        orders correctly)."""
+        from .metrics import rounds_to_reach
+        loss = self.train_losses()
+        columns = loss[:, None] if loss.ndim == 1 else loss
+        r = np.array([rounds_to_reach(self.eval_rounds, columns[:, s], threshold, above=False)
+                      for s in range(columns.shape[1])])
+        r = np.where(np.isnan(r), np.inf, r)
+        return r[0] if loss.ndim == 1 else r
+
+    def info_array(self, key: str) -> np.ndarray:
+        """The rule's per-round log ``key`` as an array (rounds[, …])."""
+        return np.asarray(self.info[key], dtype=np.float64)
+
+    # -- (de)serialisation
+    def to_state(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_state(cls, s: dict[str, Any]) -> "History":
+        return cls(**s)
+
+    def record(self, done: int, ev: Evaluation) -> None:
+        self.eval_rounds.append(done)
+        self.test_acc.append(ev.test_acc)
+        self.test_loss.append(ev.test_loss)
+        self.train_loss.append(ev.train_loss)
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        arrays = {"test_acc": self.acc(), "test_loss": np.asarray(self.test_loss, dtype=np.float64),
+                  "sampled": np.asarray(self.sampled, dtype=np.int64)}
+        scalars = {k: v for k, v in self.to_state().items() if k not in arrays}
+        write_json_npz(folder, scalars, arrays)
+
+    @classmethod
+    def load(cls, folder: Path) -> "History":
+        scalars, arrays = read_json_npz(folder)
+        return cls(**scalars, **{k: v.tolist() for k, v in arrays.items()})
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+CHECKPOINT = "checkpoint.pt"
+
+
+@dataclass
+class RunState:
+    """Everything a run needs to continue after round ``round``."""
+
+    round: int
+    params: torch.Tensor
+    state: Any
+    optimizer: Any
+    clients: dict[int, Any]
+    history: History
+
+
+def save_checkpoint(folder: Path, config: ExperimentConfig, run: RunState) -> None:
+    blob = {"config_key": config.key(), "round": run.round, "params": run.params,
+            "state": state_to_plain(run.state), "optimizer": state_to_plain(run.optimizer),
+            "clients": {int(k): state_to_plain(v) for k, v in run.clients.items()},
+            "history": run.history.to_state()}
+    atomic_write(Path(folder) / CHECKPOINT, lambda p: torch.save(blob, p))
+
+
+def load_checkpoint(folder: Path, config: ExperimentConfig) -> RunState | None:
+    path = Path(folder) / CHECKPOINT
+    if not path.is_file():
+        return None
+    blob = torch.load(path, weights_only=True)  # no arbitrary unpickling
+    if blob.get("config_key") != config.key():
+        return None
+    algo = config.algorithm
+    return RunState(blob["round"], blob["params"], state_from_plain(algo.State, blob["state"]), blob["optimizer"],
+                    {int(k): state_from_plain(algo.ClientState, v) for k, v in blob["clients"].items()},
+                    History.from_state(blob["history"]))
+
+
+# ----------------------------------------------------------------------------- the loop
+
+_FEDERATED: dict[str, FederatedData] = {}
+
+
+def federated_data(config: ExperimentConfig) -> FederatedData:
+    """The partitioned dataset of a config, memoised per process (a sweep of many runs on one
+    partition loads and splits the data once per worker)."""
+    key = json.dumps([config.dataset, dict(config.dataset_options), config.to_dict()["partition"]],
+                     sort_keys=True, default=str)
+    if key not in _FEDERATED:
+        if len(_FEDERATED) >= 4:  # bound the memory of a long-lived worker
+            _FEDERATED.pop(next(iter(_FEDERATED)))
+        _FEDERATED[key] = federate(load_dataset(config.dataset, **dict(config.dataset_options)), config.partition)
+    return _FEDERATED[key]
+
+
+def _check_evaluation(ev: Evaluation, round_: int) -> None:
+    if not np.isfinite(np.asarray(ev.train_loss, dtype=np.float64)).all():
+        raise TrainingDivergedError(f"round {round_}: the training loss of the global model is {ev.train_loss}; "
+                                    "the last checkpoint is kept")
+
+
+def _improved(before: torch.Tensor, after: torch.Tensor) -> float:
+    """Share of participants none of whose (held) objectives' training loss increased; ties
+    count as improved (FedMGDA+ footnote 6, DQN-Fed eq. 29)."""
+    ok = (after <= before) | torch.isnan(before)          # NaN before: an objective the client does not hold
+    if ok.ndim == 2:
+        ok = ok.all(dim=1)
+    return float(ok.double().mean())
+
+
+def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progress: bool = True,
+             fed: FederatedData | None = None, stop_after: int | None = None) -> History:
+    """Run ``config`` to the end (or, for tests of resuming, only up to round ``stop_after``).
+
+    With ``checkpoint_dir`` a checkpoint is written atomically every ``checkpoint_every`` rounds
+    and the run resumes from it. A NaN/Inf raises TrainingDivergedError; the last checkpoint
+    stays as it was."""
+    config.validate()
+    algo = config.algorithm
+    attacks = [make_attack(spec) for spec in config.attacks]
+    forced = tuple(sorted({a.client for a in attacks if a.every_round}))
+    if fed is None:
+        fed = federated_data(config)
+    ds = fed.dataset
+    model = build_model(config.model, ds.input_shape, ds.num_classes, seed=config.seed, tasks=ds.num_tasks,
+                        **dict(config.model_options))
+    clients = ClientRuntime(model, fed.clients, config.seed, config.batched)
+    optimizer = algo.server_optimizer()
+    w = flat_params(model)
+    base = Context(rounds=config.rounds, seed=config.seed, local=config.local, num_clients=fed.num_clients,
+                   num_sampled=config.num_sampled, eligible=config.eligible_clients, forced=forced)
+
+    run = load_checkpoint(checkpoint_dir, config) if checkpoint_dir else None
+    if run is not None:
+        clients.states = run.clients
+    else:
+        run = RunState(0, w, algo.init(w, fed.num_clients), optimizer.init(w), clients.states, History(config.to_dict()))
+        ev = algo.evaluate(replace(base, params=w), run.state, clients)
+        run.history.record(0, ev)
+    history = run.history
+
+    end = config.rounds if stop_after is None else min(stop_after, config.rounds)
+    bar = tqdm(range(run.round, end), initial=run.round, total=config.rounds, desc=config.label(),
+               disable=not progress or tqdm is None, leave=False) if tqdm else range(run.round, end)
+    for t in bar:
+        t0 = time.perf_counter()
+        w = run.params
+        ctx = replace(base, round=t, params=w)
+        clients.round = t
+        plan = algo.configure(ctx, run.state)
+        if config.track_improved:
+            plan = replace(plan, loss_before=True)
+        torch.manual_seed(seeding.dropout_seed(config.seed, t))  # dropout under vmap uses the global generator
+        honest = algo.client_update(ctx, plan, clients)
+        reports = honest
+        for attack in attacks:  # what the server receives
+            reports = attack.apply(reports)
+        agg = algo.aggregate(reports, run.state, ctx)
+        if not torch.isfinite(agg.direction).all():
+            raise TrainingDivergedError(f"round {t}: {algo.name} produced a NaN/Inf direction; "
+                                        "the last checkpoint is kept")
+        step, run.optimizer, opt_info = optimizer.update(agg.direction, run.optimizer, t, config.rounds)
+        w_new = w - step
+        if not torch.isfinite(w_new).all():
+            raise TrainingDivergedError(f"round {t}: the server step made the global model NaN/Inf; "
+                                        "the last checkpoint is kept")
+        improved = float("nan")
+        if config.track_improved:   # true losses, not reported ones
+            improved = _improved(honest.loss_before, clients.losses(w_new, plan.clients))
+        run.params, run.state, run.round = w_new, agg.state, t + 1
+        history.round_lr.append(float(opt_info.get("lr", 1.0)))
+        history.round_improved.append(improved)
+        history.sampled.append([int(k) for k in plan.clients])
+        for k, v in agg.info.items():
+            history.info.setdefault(k, []).append(float(v) if np.ndim(v) == 0 else np.asarray(v, float).tolist())
+        done = t + 1
+        if done % config.eval_every == 0 or done == config.rounds:
+            ev = algo.evaluate(replace(ctx, params=w_new), run.state, clients)
+            _check_evaluation(ev, t)
+            history.record(done, ev)
+            if hasattr(bar, "set_postfix"):
+                acc = np.asarray(ev.test_acc, dtype=np.float64)
+                if np.isfinite(acc).any():
+                    bar.set_postfix(acc=f"{np.nanmean(acc):.3f}", loss=f"{np.mean(ev.train_loss):.3f}")
+        history.round_time.append(time.perf_counter() - t0)
+        if checkpoint_dir and (done % config.checkpoint_every == 0 or done == end):
+            save_checkpoint(checkpoint_dir, config, run)
+    return history
