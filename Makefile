@@ -12,10 +12,12 @@ figures: setup
 	TQDM_DISABLE=1 $(PY) -m fairfl reproduce --profile $(PROFILE)
 
 # Unit tests and notebooks in one pytest session (2 workers). The notebooks run as stored with
-# FAIRFL_PROFILE=smoke; runs and figures of the test session go to a temporary folder.
+# FAIRFL_PROFILE=smoke; runs and figures of the test session go to a temporary folder. One OpenMP
+# thread per process: a notebook kernel with two torch threads beside a busy test worker
+# oversubscribes the two cores, and its many tiny steps then ran 5-10x slower (measured).
 test: setup
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	FAIRFL_PROFILE=smoke FAIRFL_RESULTS=$$tmp/results FAIRFL_FIGURES=$$tmp/figures TQDM_DISABLE=1 \
+	OMP_NUM_THREADS=1 FAIRFL_PROFILE=smoke FAIRFL_RESULTS=$$tmp/results FAIRFL_FIGURES=$$tmp/figures TQDM_DISABLE=1 \
 	$(PY) -m pytest -n 2 --dist loadfile --nbval-lax tests notebooks
 
 unit: setup

@@ -34,10 +34,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec  # noqa: E402
-from fairfl.experiments import ProcessBackend, run_many  # noqa: E402
-from fairfl.local import flat_params, train_clients  # noqa: E402
+from fairfl.algorithms import sample_clients  # noqa: E402
+from fairfl.client import flat_params, train_clients  # noqa: E402
+from fairfl.loop import federated_data, simulate  # noqa: E402
 from fairfl.models import build_model  # noqa: E402
-from fairfl.simulation import federated_data, sample_clients, simulate  # noqa: E402
+from fairfl.sweeps import ProcessBackend, run_many  # noqa: E402
 
 REFERENCE = ExperimentConfig(
     dataset="fashion_mnist",

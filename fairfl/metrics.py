@@ -100,3 +100,14 @@ def rounds_to_reach(rounds, values, threshold: float, above: bool = True) -> flo
         raise ValueError(f"{r.size} rounds for {v.size} values")
     hit = np.nonzero(v >= threshold if above else v <= threshold)[0]
     return float(r[hit[0]]) if hit.size else float("nan")
+
+
+def mean_by_quantile(key, values, q: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """(quantile edges of ``key``, the mean of ``values`` within each of the q quantile bins of
+    ``key``, lowest first; NaN for an empty bin)."""
+    k, v = _vec(key), _vec(values)
+    if k.shape != v.shape:
+        raise ValueError(f"{k.size} keys for {v.size} values")
+    edges = np.quantile(k, np.arange(1, q) / q)
+    bins = np.searchsorted(edges, k, side="right")
+    return edges, np.array([v[bins == i].mean() if (bins == i).any() else np.nan for i in range(q)])

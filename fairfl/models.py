@@ -202,7 +202,7 @@ class CharLSTM(nn.Module):
     """The Shakespeare next-character model of LEAF / q-FFL / FedMGDA+ §6.1.3 (after McMahan et
     al. 2017): each input character embedded in 8 dimensions, two stacked LSTM layers of 256
     units, and one dense layer from the last time step's output to the vocabulary (logits).
-    With the 81-character vocabulary of ``fairfl.shakespeare``: 820,185 parameters (embedding
+    With the 81-character vocabulary of ``fairfl.data.shakespeare``: 820,185 parameters (embedding
     648, LSTM 272,384 + 526,336 with PyTorch's two bias vectors per layer, dense 20,817)."""
 
     def __init__(self, vocab_size: int, num_classes: int, embed_dim: int = 8, hidden: int = 256,

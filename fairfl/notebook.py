@@ -1,8 +1,23 @@
-"""Small helpers every notebook calls right after its ``parameters`` cell."""
+"""What every notebook does, once: the profile header, sweeps keyed by named factors, tables
+over seeds, and the paper's numbers beside ours.
+
+    session = start(profile, PROFILES, seeds=seeds, rounds=rounds, workers=workers)
+    runs = session.sweep(config, eps=session["eps"], iid=[True, False], seed=session["seeds"])
+    runs.groups("eps", iid=False)                 # {ε: [History per seed]} for plotting.curves
+    runs.summary("eps", loss=final_train_loss)    # mean and std over the seeds
+    beside(runs.frame(...), paper.FEDMGDA_TABLE7, on=["method", "bias"], metrics=[...])
+    session.save(fig, "01_fedmgda_eps")
+"""
 from __future__ import annotations
 
+import itertools
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
 
 from .claims import PROFILES
 from .errors import ConfigError
@@ -24,9 +39,193 @@ def figure_dir(profile: str) -> Path:
     return figures_root() / "smoke" if profile == "smoke" else figures_root()
 
 
-def setup(profile: str) -> str:
-    """Resolve the profile and apply the plotting style; returns the profile."""
+# ----------------------------------------------------------------------------- the header
+
+@dataclass
+class Session:
+    """A notebook's profile, its settings (the profile's, with the parameters cell's overrides),
+    where its figures go, and the backend its sweeps run on."""
+
+    profile: str
+    settings: dict[str, Any]
+    figures: Path
+    backend: Any
+
+    def __getitem__(self, key: str) -> Any:
+        return self.settings[key]
+
+    def save(self, fig, name: str) -> None:
+        """Write the figure as ``<figures>/<name>.png`` and ``.pdf`` (atomically)."""
+        from .plotting import save_figure
+        save_figure(fig, name, self.figures)
+
+    def sweep(self, config: Callable[..., Any], points: Iterable[Mapping[str, Any]] | None = None,
+              raise_on_failure: bool = True, **factors: Sequence[Any]) -> "Sweep":
+        """Run ``config(**point)`` for every point — the product of ``factors`` in the order
+        given, or the explicit ``points`` — through the session's backend (cached runs are
+        loaded, not trained). A failed run holds None when ``raise_on_failure`` is False."""
+        from .sweeps import run_many
+        if points is None:
+            names = list(factors)
+            points = [dict(zip(names, values)) for values in itertools.product(*factors.values())]
+        else:
+            points = [dict(p) for p in points]
+        histories = run_many([config(**p) for p in points], backend=self.backend,
+                             raise_on_failure=raise_on_failure)
+        return Sweep(points, histories)
+
+
+def start(profile: str, profiles: Mapping[str, Mapping[str, Any]], workers: int | None = None,
+          **overrides: Any) -> Session:
+    """The header of a notebook: resolve the profile, apply the plotting style, take the
+    profile's settings with the parameters cell's non-None overrides (``seeds``, ``rounds``, …),
+    and a backend (in-process for smoke, else a pool of worker processes)."""
     from .plotting import use_style
+    from .sweeps import ProcessBackend, SerialBackend
     profile = resolve_profile(profile)
+    if profile not in profiles:
+        raise ConfigError(f"this notebook has no {profile!r} profile; it has {', '.join(profiles)}")
+    settings = dict(profiles[profile])
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key not in settings:
+            raise ConfigError(f"override {key}={value!r}: the profile has no setting {key!r}; "
+                              f"it has {', '.join(settings)}")
+        settings[key] = list(value) if isinstance(settings[key], list) else value
     use_style()
-    return profile
+    backend = SerialBackend() if profile == "smoke" else ProcessBackend(workers=workers)
+    session = Session(profile, settings, figure_dir(profile), backend)
+    print(f"profile={profile}", {k: v for k, v in settings.items()}, f"figures -> {session.figures}")
+    return session
+
+
+# ----------------------------------------------------------------------------- sweeps
+
+@dataclass
+class Sweep:
+    """Runs keyed by named factors: ``points[i]`` (a dict such as {"eps": 0.1, "seed": 0}) and
+    its ``histories[i]``. Select with keyword arguments; factors not named are left free (usually
+    the seeds)."""
+
+    points: list[dict[str, Any]]
+    histories: list[Any]
+    _index: dict = field(default_factory=dict, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def __iter__(self) -> Iterator[tuple[dict[str, Any], Any]]:
+        return iter(zip(self.points, self.histories))
+
+    def __add__(self, other: "Sweep") -> "Sweep":
+        return Sweep(self.points + other.points, self.histories + other.histories)
+
+    @property
+    def factors(self) -> list[str]:
+        return list(dict.fromkeys(k for p in self.points for k in p))
+
+    def values(self, factor: str) -> list[Any]:
+        """The values ``factor`` takes, in order of first appearance."""
+        return list(dict.fromkeys(p[factor] for p in self.points if factor in p))
+
+    def _matches(self, point: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
+        return all(k in point and point[k] == v for k, v in where.items())
+
+    def select(self, **where: Any) -> "Sweep":
+        keep = [i for i, p in enumerate(self.points) if self._matches(p, where)]
+        return Sweep([self.points[i] for i in keep], [self.histories[i] for i in keep])
+
+    def get(self, **where: Any) -> list[Any]:
+        """The histories of every run that matches (for example every seed of one setting)."""
+        out = self.select(**where).histories
+        if not out:
+            raise KeyError(f"no run matches {where}; factors: {self.factors}")
+        return out
+
+    def one(self, **where: Any) -> Any:
+        out = self.get(**where)
+        if len(out) != 1:
+            raise KeyError(f"{len(out)} runs match {where}; name more factors")
+        return out[0]
+
+    def groups(self, by: str, label: Callable[[Any], str] | None = None, **where: Any) -> dict[Any, list[Any]]:
+        """{value of ``by`` (or ``label(value)``): the histories with it} among the matching runs,
+        in order — what ``plotting.curves`` takes."""
+        sub = self.select(**where)
+        return {(label(v) if label else v): sub.get(**{by: v}) for v in sub.values(by)}
+
+    def frame(self, **metrics: Callable[[Any], Any]) -> pd.DataFrame:
+        """One row per run: its factors, then ``metric(history)`` for each named metric (a
+        metric returning a mapping contributes one column per key; a run that failed gives NaN)."""
+        rows = []
+        for p, h in self:
+            row = dict(p)
+            for name, fn in metrics.items():
+                value = np.nan if h is None else fn(h)
+                if isinstance(value, Mapping):
+                    row.update(value)
+                else:
+                    row[name] = value
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def summary(self, by: str | Sequence[str], over: str = "seed", **metrics: Callable[[Any], Any]) -> pd.DataFrame:
+        """Mean and std (ddof 0) over ``over`` (the seeds) of each metric, per value of ``by``."""
+        by = [by] if isinstance(by, str) else list(by)
+        df = self.frame(**metrics).drop(columns=[over], errors="ignore")
+        value_columns = [c for c in df.columns if c not in self.factors]
+        return df.groupby(by, sort=False, dropna=False)[value_columns].agg(["mean", lambda v: v.std(ddof=0)]) \
+            .rename(columns={"<lambda_0>": "std"}, level=1)
+
+
+# ----------------------------------------------------------------------------- beside the paper
+
+def mean_std(values: Iterable[float], digits: int = 2) -> str:
+    """"m ± s" over seeds (std with ddof 0; just "m" for one value; "–" when every value is NaN)."""
+    v = np.asarray(list(values), dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return "–"
+    return f"{v.mean():.{digits}f}" if v.size == 1 else f"{v.mean():.{digits}f} ± {v.std():.{digits}f}"
+
+
+def format_rounds(rounds: Sequence[float], horizon: int) -> str:
+    """Rounds to a threshold over seeds as a table entry: mean ± std when every seed reached it,
+    "> horizon" when none did, else the mean of those that did and how many."""
+    r = np.asarray(rounds, dtype=np.float64)
+    ok = np.isfinite(r)
+    if ok.all():
+        return f"{r.mean():.1f} ± {r.std():.1f}" if len(r) > 1 else f"{r.mean():.0f}"
+    if not ok.any():
+        return f"> {horizon}"
+    return f"{r[ok].mean():.1f} ({ok.sum()}/{len(r)} seeds; others > {horizon})"
+
+
+def beside(ours: pd.DataFrame, paper: pd.DataFrame, on: Sequence[str], metrics: Sequence[str] | Mapping[str, str],
+           summarise: Callable[[pd.Series], str] | None = None, digits: int = 2) -> pd.DataFrame:
+    """The paper's numbers beside ours, one row per setting (``on``): for each metric, ours
+    summarised over the runs of the setting (default: mean ± std over seeds), the paper's value,
+    and their difference (ours' mean minus the paper's). ``metrics`` names our columns, mapped to
+    the paper's column names when they differ. A paper key that is NaN matches any value of ours
+    ("FedMGDA+, any bias"); a setting the paper does not have shows an empty paper column."""
+    on = list(on)
+    pairs = dict(metrics) if isinstance(metrics, Mapping) else {m: m for m in metrics}
+    summarise = summarise or (lambda s: mean_std(s, digits))
+    rows = []
+    for key, group in ours.groupby(on, sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        match = paper
+        for col, value in zip(on, key):
+            if col in paper.columns:
+                match = match[(match[col] == value) | match[col].isna()]
+        row = dict(zip(on, key))
+        for ours_col, paper_col in pairs.items():
+            theirs = float(match[paper_col].iloc[0]) if len(match) and paper_col in match else np.nan
+            values = pd.to_numeric(group[ours_col], errors="coerce")
+            row[f"{ours_col} ours"] = summarise(group[ours_col])
+            row[f"{ours_col} paper"] = theirs
+            finite = np.isfinite(theirs) and bool(np.isfinite(values).all())
+            row[f"{ours_col} diff"] = round(float(values.mean()) - theirs, digits) if finite else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(on)

@@ -1,77 +1,125 @@
-"""The papers' reported numbers, as data, for side-by-side tables (never used to produce ours).
+"""The papers' reported numbers, as tidy tables (one row per setting, one column per quantity),
+for side-by-side comparison with ours (:func:`fairfl.notebook.beside`); never used to produce
+ours. A key left empty (NaN) matches every value of ours ("FedMGDA+, any bias").
 
-Sources are the texts in ``shared/papers`` (REPRODUCTION.md lists them)."""
+Sources: Hu et al., "Federated Learning Meets Multi-objective Optimization" (FedMGDA+, IEEE TNSE
+2022; arXiv:2006.11489); Wang et al., "Federated Learning with Fair Averaging" (FedFV, IJCAI 2021;
+arXiv:2104.14937); Yang et al., "Federated Multi-Objective Learning" (FMOL, NeurIPS 2023;
+arXiv:2310.09866); Mohajer Hamidi, "Distributed Quasi-Newton Method for Fair and Fast Federated
+Learning" (DQN-Fed, TMLR).
+"""
 from __future__ import annotations
 
-# FedMGDA+ Table 7 (Adult, 500 rounds, 5 seeds): test accuracy %, (uniform, PhD, non-PhD).
-# Uniform = accuracy over all test samples (non-PhD dominates it).
-FEDMGDA_TABLE7: dict[tuple[str, float], tuple[float, float, float]] = {
-    ("AFL", 0.0): (83.26, 77.90, 83.32),
-    ("AFL", 0.01): (83.28, 76.58, 83.36),
-    ("AFL", 0.1): (82.30, 74.59, 82.39),
-    ("AFL", 1.0): (81.86, 74.25, 81.94),
-    ("q-FedAvg (q=5)", 0.0): (83.26, 76.80, 83.33),
-    ("q-FedAvg (q=5)", 1000.0): (83.34, 76.57, 83.41),
-    ("q-FedAvg (q=5)", 5000.0): (81.19, 74.14, 81.27),
-    ("q-FedAvg (q=5)", 10000.0): (81.07, 73.48, 81.16),
-    ("q-FedAvg (q=2)", 0.0): (83.30, 76.46, 83.38),
-    ("q-FedAvg (q=2)", 1000.0): (83.33, 76.24, 83.41),
-    ("q-FedAvg (q=2)", 5000.0): (83.11, 75.69, 83.20),
-    ("q-FedAvg (q=2)", 10000.0): (82.50, 75.69, 82.58),
-    ("q-FedAvg (q=0.1)", 0.0): (83.44, 76.46, 83.52),
-    ("q-FedAvg (q=0.1)", 1000.0): (83.34, 76.35, 83.42),
-    ("q-FedAvg (q=0.1)", 5000.0): (83.35, 76.57, 83.42),
-    ("q-FedAvg (q=0.1)", 10000.0): (83.36, 76.80, 83.43),
-    ("FedMGDA+", float("nan")): (83.24, 76.58, 83.32),   # "arbitrary" bias
-    ("PhD only", float("nan")): (81.05, 72.82, 81.14),
-}
+import math
+
+import pandas as pd
+
+NAN = math.nan
+
+
+def _frame(columns: list[str], rows: list[tuple]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=columns)
+
+
+# FedMGDA+ Table 7 (Adult, 500 rounds, 5 seeds): test accuracy %. "uniform" = accuracy over all
+# test samples (non-PhD dominates it). FedMGDA+ and the PhD-only baseline hold for any bias.
+FEDMGDA_TABLE7 = _frame(["method", "bias", "uniform", "phd", "non_phd"], [
+    ("AFL", 0.0, 83.26, 77.90, 83.32),
+    ("AFL", 0.01, 83.28, 76.58, 83.36),
+    ("AFL", 0.1, 82.30, 74.59, 82.39),
+    ("AFL", 1.0, 81.86, 74.25, 81.94),
+    ("q-FedAvg (q=5)", 0.0, 83.26, 76.80, 83.33),
+    ("q-FedAvg (q=5)", 1000.0, 83.34, 76.57, 83.41),
+    ("q-FedAvg (q=5)", 5000.0, 81.19, 74.14, 81.27),
+    ("q-FedAvg (q=5)", 10000.0, 81.07, 73.48, 81.16),
+    ("q-FedAvg (q=2)", 0.0, 83.30, 76.46, 83.38),
+    ("q-FedAvg (q=2)", 1000.0, 83.33, 76.24, 83.41),
+    ("q-FedAvg (q=2)", 5000.0, 83.11, 75.69, 83.20),
+    ("q-FedAvg (q=2)", 10000.0, 82.50, 75.69, 82.58),
+    ("q-FedAvg (q=0.1)", 0.0, 83.44, 76.46, 83.52),
+    ("q-FedAvg (q=0.1)", 1000.0, 83.34, 76.35, 83.42),
+    ("q-FedAvg (q=0.1)", 5000.0, 83.35, 76.57, 83.42),
+    ("q-FedAvg (q=0.1)", 10000.0, 83.36, 76.80, 83.43),
+    ("FedMGDA+", NAN, 83.24, 76.58, 83.32),
+    ("PhD only", NAN, 81.05, 72.82, 81.14),
+])
 
 # FedFV Table 3 (Fashion-MNIST, three clients = shirt / pullover / T-shirt, all selected, 200
-# rounds, full batch, η = 0.1, E = 1, 5 seeds): per-class test accuracy %, mean, and "Var." —
-# which is the standard deviation (in points) of the three accuracies, not a variance.
-FEDFV_TABLE3: dict[str, tuple[float, float, float, float, float]] = {
-    "FedAvg": (64.26, 87.03, 89.97, 80.42, 11.50),
-    "AFL (η_λ=0.01)": (71.09, 81.89, 84.29, 79.09, 5.76),
-    "AFL (η_λ=0.1)": (76.34, 79.00, 79.06, 78.13, 1.27),
-    "AFL (η_λ=0.5)": (76.57, 78.77, 79.09, 78.14, 1.12),
-    "q-FedAvg (q=5)": (71.29, 81.46, 82.86, 78.53, 5.16),
-    "q-FedAvg (q=15)": (77.09, 75.40, 60.69, 71.06, 7.46),
-    "FedMGDA+ (ε=0.05)": (44.63, 57.77, 99.09, 67.16, 23.39),
-    "FedMGDA+ (ε=0.1)": (72.26, 79.71, 86.03, 79.33, 6.45),
-    "FedMGDA+ (ε=1)": (72.46, 79.74, 85.66, 79.29, 6.42),
-    "FedFV (α=0)": (61.06, 89.31, 91.06, 80.48, 13.76),
-    "FedFV (α=1/3)": (77.09, 80.69, 81.06, 79.61, 1.91),
-    "FedFV (α=2/3)": (77.91, 81.46, 81.46, 80.28, 1.77),
-}
+# rounds, full batch, η = 0.1, E = 1, 5 seeds): per-class test accuracy %, their mean, and "Var."
+# — which is the standard deviation (in points) of the three accuracies, not a variance.
+FEDFV_TABLE3 = _frame(["method", "shirt", "pullover", "tshirt", "mean", "std"], [
+    ("FedAvg", 64.26, 87.03, 89.97, 80.42, 11.50),
+    ("AFL (η_λ=0.01)", 71.09, 81.89, 84.29, 79.09, 5.76),
+    ("AFL (η_λ=0.1)", 76.34, 79.00, 79.06, 78.13, 1.27),
+    ("AFL (η_λ=0.5)", 76.57, 78.77, 79.09, 78.14, 1.12),
+    ("q-FedAvg (q=5)", 71.29, 81.46, 82.86, 78.53, 5.16),
+    ("q-FedAvg (q=15)", 77.09, 75.40, 60.69, 71.06, 7.46),
+    ("FedMGDA+ (ε=0.05)", 44.63, 57.77, 99.09, 67.16, 23.39),
+    ("FedMGDA+ (ε=0.1)", 72.26, 79.71, 86.03, 79.33, 6.45),
+    ("FedMGDA+ (ε=1)", 72.46, 79.74, 85.66, 79.29, 6.42),
+    ("FedFV (α=0)", 61.06, 89.31, 91.06, 80.48, 13.76),
+    ("FedFV (α=1/3)", 77.09, 80.69, 81.06, 79.61, 1.91),
+    ("FedFV (α=2/3)", 77.91, 81.46, 81.46, 80.28, 1.77),
+])
 
-# FedFV Table 4: std of client test accuracy (points) with α = 0, τ = 0 by projection order.
-FEDFV_TABLE4: dict[str, dict[str, float]] = {
-    "fashion_mnist": {"loss": 13.76, "random": 20.14, "reverse": 22.05},
-    "cifar10": {"loss": 13.19, "random": 14.12, "reverse": 16.28},
-}
+# FedFV Table 4: std of client test accuracy (points) with α = 0, τ = 0, by projection order.
+FEDFV_TABLE4 = _frame(["dataset", "order", "std"], [
+    ("fashion_mnist", "loss", 13.76), ("fashion_mnist", "random", 20.14), ("fashion_mnist", "reverse", 22.05),
+    ("cifar10", "loss", 13.19), ("cifar10", "random", 14.12), ("cifar10", "reverse", 16.28),
+])
 
 # FMOL Table 2 (MultiMNIST, M = 10 clients × 256 samples, η_L = η_t = 0.1): communication rounds
-# needed for a training loss of 10⁻², (task L, task R), by data partition and local steps K.
-# The paper gives neither the batch size of this table nor its number of seeds.
-FMOL_TABLE2: dict[tuple[str, int], tuple[int, int]] = {
-    ("iid", 1): (82, 84), ("iid", 5): (18, 20), ("iid", 10): (10, 9), ("iid", 20): (5, 5),
-    ("non-iid", 1): (96, 82), ("non-iid", 5): (24, 20), ("non-iid", 10): (13, 10), ("non-iid", 20): (6, 5),
-}
+# needed for a training loss of 10⁻², per task, by data partition and local steps K. The paper
+# gives neither the batch size of this table nor its number of seeds.
+FMOL_TABLE2 = _frame(["setting", "K", "L", "R"], [
+    ("iid", 1, 82, 84), ("iid", 5, 18, 20), ("iid", 10, 10, 9), ("iid", 20, 5, 5),
+    ("non-iid", 1, 96, 82), ("non-iid", 5, 24, 20), ("non-iid", 10, 13, 10), ("non-iid", 20, 6, 5),
+])
 
 # DQN-Fed Table 6, Shakespeare setup 1 (31 speaking roles, all participating, E = 1, 500 rounds,
 # 5 seeds): mean client test accuracy %, std, worst 10 %, best 10 %.
-DQNFED_TABLE6_SETUP1: dict[str, tuple[float, float, float, float]] = {
-    "FedAvg": (53.21, 9.25, 51.01, 58.41),
-    "q-FFL": (53.90, 7.52, 51.52, 58.47),
-    "FedMGDA": (53.08, 8.14, 52.84, 58.51),
-    "DQN-Fed": (61.65, 6.55, 53.79, 64.86),
-}
+DQNFED_TABLE6_SETUP1 = _frame(["method", "mean", "std", "worst", "best"], [
+    ("FedAvg", 53.21, 9.25, 51.01, 58.41),
+    ("q-FFL", 53.90, 7.52, 51.52, 58.47),
+    ("FedMGDA", 53.08, 8.14, 52.84, 58.51),
+    ("DQN-Fed", 61.65, 6.55, 53.79, 64.86),
+])
 
-# DQN-Fed Table 1, CIFAR-10 setup 1 (200 label shards over 100 clients, 2-hidden-layer MLP, E = 1, b = 64,
-# η = 0.1, 2000 rounds, 10 % sampled; 5 seeds): mean ā, std σ_a, worst 5 %, best 5 % of client test accuracy.
-DQNFED_TABLE1_SETUP1: dict[str, tuple[float, float, float, float]] = {
-    "FedAvg": (46.85, 3.54, 19.84, 69.28),
-    "q-FFL": (46.30, 3.27, 23.39, 68.02),
-    "FedMGDA": (45.34, 3.37, 24.00, 68.51),
-    "DQN-Fed": (47.72, 3.20, 29.34, 69.37),
-}
+# DQN-Fed Table 1, CIFAR-10 setup 1 (200 label shards over 100 clients, 2-hidden-layer MLP, E = 1,
+# b = 64, η = 0.1, 2000 rounds, 10 % sampled; 5 seeds): mean, std, worst 5 %, best 5 % of client
+# test accuracy.
+DQNFED_TABLE1_SETUP1 = _frame(["method", "mean", "std", "worst", "best"], [
+    ("FedAvg", 46.85, 3.54, 19.84, 69.28),
+    ("q-FFL", 46.30, 3.27, 23.39, 68.02),
+    ("FedMGDA", 45.34, 3.37, 24.00, 68.51),
+    ("DQN-Fed", 47.72, 3.20, 29.34, 69.37),
+])
+
+
+def fmol_config(K: int, b: int | None = None, iid: bool = False, seed: int = 0, centralised: bool = False,
+                n: int = 256, clients: int = 10, rounds: int = 100, lr: float = 0.1):
+    """One run of FMOL §5 / App. D's MultiMNIST setting: M = ``clients`` clients of n training
+    images (each holds 25 % more, split off 10 / 10 as its validation and test data), both
+    tasks held by every client, η_L = η_t = ``lr``, K local steps per objective with minibatches
+    of b (None or b ≥ n: full batch, FMGDA), iid or at most two task-L labels per client. The
+    partition seed follows the run's seed; the image pairs are those of data seed 0.
+
+    ``centralised``: MGD / SMGD on the pooled data of the same clients (§5, 1-c): one step per
+    iteration on a union batch of M·b, K iterations per round (K·T in all, evaluated every K
+    iterations, so evaluation t is after round t's worth of steps)."""
+    from .algorithms.fmgda import FMGDA
+    from .client import LocalTraining
+    from .config import ExperimentConfig
+    from .partition import PartitionSpec
+    full = b is None or b >= n
+    partition = PartitionSpec("iid" if iid else "label_limited", num_clients=clients, samples_per_client=n * 5 // 4,
+                              shards_per_client=2, label_column=0, seed=seed, pooled=centralised)
+    if centralised:
+        local = LocalTraining(steps=1, batch_size=None if full else clients * b, lr=lr)
+        rounds, eval_every = K * rounds, K
+    else:
+        local, eval_every = LocalTraining(steps=K, batch_size=None if full else b, lr=lr), 1
+    return ExperimentConfig(dataset="multimnist", dataset_options={"source": "auto", "seed": 0}, model="multi_lenet",
+                            partition=partition, local=local, algorithm=FMGDA(server_lr=lr), rounds=rounds,
+                            participation=1.0, eval_every=eval_every, seed=seed, track_improved=False,
+                            checkpoint_every=10 * eval_every)

@@ -110,3 +110,80 @@ def fmol_local_steps(losses: Callable[[bool, int], np.ndarray], ks: Sequence[int
             ax.legend()
         axes[row, 0].set_ylabel("training loss")
     return fig
+
+
+def grouped_bars(ax, categories: Sequence[str], groups: dict[str, tuple[Sequence[float], Sequence[float]]],
+                 paper: dict[str, Sequence[float]] | None = None, colors: Sequence[str] | None = None,
+                 width: float = 0.8):
+    """Bars of means with ± std error bars: one bar per group within each category (``groups``:
+    {group: (means, stds)}, each over ``categories``), and the paper's values as black dashes over
+    the bars of the same group when given."""
+    x = np.arange(len(categories))
+    n = len(groups)
+    w = width / max(n, 1)
+    for j, (name, (means, stds)) in enumerate(groups.items()):
+        offset = (j - (n - 1) / 2) * w
+        kw = {"color": colors} if colors is not None and n == 1 else {}
+        ax.bar(x + offset, np.asarray(means, float), w, yerr=np.nan_to_num(np.asarray(stds, float)), capsize=3,
+               label=None if n == 1 else name, **kw)
+        if paper and name in paper:
+            ax.scatter(x + offset, paper[name], color="black", marker="_", s=120, zorder=3,
+                       label="paper" if j == 0 else None)
+    ax.set_xticks(x, categories)
+    return ax
+
+
+def client_curves(histories: Sequence[History], names: Sequence[str], ax=None):
+    """Each client's test accuracy (%) against rounds, mean ± std over the runs (seeds)."""
+    ax = ax or plt.gca()
+    rounds = np.asarray(histories[0].eval_rounds)
+    acc = 100 * np.stack([h.acc() for h in histories])          # (run, eval, client)
+    for k, name in enumerate(names):
+        mu, sd = acc[:, :, k].mean(0), acc[:, :, k].std(0)
+        line, = ax.plot(rounds, mu, label=name)
+        ax.fill_between(rounds, mu - sd, mu + sd, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set_xlabel("round")
+    return ax
+
+
+def improved_share(runs: dict[str, Sequence[History]], ax=None, window: int = 1):
+    """Share of improved participants per round (%, DQN-Fed eq. 29), mean over runs, as a moving
+    average over ``window`` rounds."""
+    ax = ax or plt.gca()
+    for m, hs in runs.items():
+        share = 100 * np.stack([np.asarray(h.round_improved, float) for h in hs]).mean(0)
+        smooth = np.convolve(share, np.ones(window) / window, mode="valid")
+        ax.plot(np.arange(len(smooth)) + window, smooth, label=m)
+    ax.set_xlabel("round")
+    ax.set_ylabel("improved participants (%)")
+    ax.legend()
+    return ax
+
+
+def convergence(runs: dict[str, Sequence[History]], title: str) -> matplotlib.figure.Figure:
+    """Average client test accuracy (mean ± std over seeds) and the share of improved
+    participants per round (DQN-Fed Fig. 1 and 3)."""
+    fig, axes = plt.subplots(1, 2, figsize=(15, 4.8), layout="constrained")
+    curves(runs, "mean_acc", ax=axes[0])
+    axes[0].set_title("average client test accuracy")
+    rounds = max(h.rounds_done for hs in runs.values() for h in hs)
+    window = max(1, rounds // 30)
+    improved_share(runs, axes[1], window)
+    axes[1].set_title(f"participants whose loss did not rise (eq. 29, Fig. 3), {window}-round moving average")
+    fig.suptitle(title)
+    return fig
+
+
+def step_lengths(runs: dict[str, History], ax=None):
+    """The length of the server step ‖θᵗ⁺¹ − θᵗ‖ = ηₜ·‖d‖ per round (from a rule that logs
+    ``step_norm2``), with × on the rounds in which some participant got worse."""
+    ax = ax or plt.gca()
+    for (label, h), style in zip(runs.items(), ("-", "--", ":", "-.")):
+        length = np.sqrt(np.asarray(h.info["step_norm2"])) * np.asarray(h.round_lr)
+        ax.semilogy(np.arange(1, len(length) + 1), length, style, label=label)
+        worse = np.flatnonzero(np.asarray(h.round_improved) < 1)
+        ax.plot(worse + 1, length[worse], "x", color="C3", ms=4)
+    ax.set_xlabel("round")
+    ax.set_ylabel("length of the server step ‖θᵗ⁺¹ − θᵗ‖")
+    ax.legend()
+    return ax

@@ -310,7 +310,7 @@ def test_char_lstm_shape_parameters_and_logits():
 
 def test_lstm_cannot_be_vmapped_so_batched_training_uses_the_loop():
     """A canary: if a torch upgrade gives aten::lstm a vmap batching rule, this fails, and
-    ``fairfl.local`` can stack LSTM clients instead of looping over them."""
+    ``fairfl.client`` can stack LSTM clients instead of looping over them."""
     model = build_model("lstm_shakespeare", (80,), VOCAB_SIZE, seed=0)
     names = [n for n, _ in model.named_parameters()]
     stacked = [p.detach().unsqueeze(0).repeat(2, *[1] * p.dim()) for p in model.parameters()]

@@ -251,3 +251,10 @@ class DQNFed(Algorithm):
         if self.step == "algorithm1":
             return scale_by_schedule(step_decay(self.server_lr, self.decay))
         return scale_by_schedule(constant(1.0))
+
+
+def step_ratio(history) -> "np.ndarray":
+    """Per round, ηₜ / minₖ d̃ₖ from a DQN-Fed run's log: Theorem 4.2 guarantees descent only while
+    ηₜ ≤ (2/L)·minₖ d̃ₖ (inf where min d̃ₖ ≤ 0)."""
+    eta, min_d = np.asarray(history.info["eta"]), np.asarray(history.info["min_d"])
+    return np.divide(eta, min_d, out=np.full_like(eta, np.inf), where=min_d > 0)
