@@ -92,6 +92,23 @@ def seed_band(ax, ys: np.ndarray, label: str, **kw):
     return line
 
 
+def task_curves(curves: dict[str, np.ndarray], axes: Sequence, tasks: Sequence[str] = ("L", "R"),
+                threshold: float | None = None, title: str = "", ylabel: str = "training loss"):
+    """One panel per task: each curve's mean over seeds with a min–max band, log scale.
+    ``curves``: {label: (seeds, points, tasks)}; ``threshold`` is drawn dotted."""
+    for t, (ax, task) in enumerate(zip(axes, tasks)):
+        for label, values in curves.items():
+            seed_band(ax, np.asarray(values)[:, :, t], label)
+        if threshold is not None:
+            ax.axhline(threshold, color="0.4", linestyle=":", linewidth=1)
+        ax.set_yscale("log")
+        ax.set_title(f"{title}task {task}" if title else f"task {task}")
+        ax.set_xlabel("communication round")
+        ax.legend()
+    axes[0].set_ylabel(ylabel)
+    return axes
+
+
 def fmol_local_steps(losses: Callable[[bool, int], np.ndarray], ks: Sequence[int], threshold: float,
                      tasks: Sequence[str] = ("L", "R")) -> matplotlib.figure.Figure:
     """FMOL Fig. 1(b): training loss against rounds for each K, iid (top) and non-iid (bottom),
@@ -99,17 +116,28 @@ def fmol_local_steps(losses: Callable[[bool, int], np.ndarray], ks: Sequence[int
     (seeds, rounds + 1, tasks) losses of one setting."""
     fig, axes = plt.subplots(2, len(tasks), figsize=(13, 8), layout="constrained", sharey=True, squeeze=False)
     for row, iid in enumerate((True, False)):
-        for t, task in enumerate(tasks):
-            ax = axes[row, t]
-            for k in ks:
-                seed_band(ax, losses(iid, k)[:, :, t], f"K = {k}")
-            ax.axhline(threshold, color="0.4", linestyle=":", linewidth=1)
-            ax.set_yscale("log")
-            ax.set_title(f"{'iid' if iid else 'non-iid'}, task {task}")
-            ax.set_xlabel("communication round")
-            ax.legend()
-        axes[row, 0].set_ylabel("training loss")
+        task_curves({f"K = {k}": losses(iid, k) for k in ks}, axes[row], tasks, threshold,
+                    title=f"{'iid' if iid else 'non-iid'}, ")
     return fig
+
+
+def final_by_k(finals: dict[str, np.ndarray], ks: Sequence[int], axes: Sequence, tasks: Sequence[str] = ("L", "R"),
+               hollow: Sequence[str] = (), ylabel: str = "training loss after the last round"):
+    """FMOL Fig. 2(a): for each method, its final value per K (mean ± std over seeds), one panel
+    per task, log scale. ``finals``: {label: (Ks, seeds, tasks)}; labels in ``hollow`` get hollow
+    markers (the centralised methods)."""
+    for t, (ax, task) in enumerate(zip(axes, tasks)):
+        for j, (label, values) in enumerate(finals.items()):
+            v = np.asarray(values)[:, :, t]
+            ax.errorbar(np.arange(len(ks)) + (j - (len(finals) - 1) / 2) * 0.08, v.mean(1), yerr=v.std(1),
+                        marker="os"[j // 2 % 2], linestyle="none", capsize=3, markersize=8,
+                        markerfacecolor="white" if label in hollow else None, label=label)
+        ax.set_xticks(np.arange(len(ks)), [f"K = {k}" for k in ks])
+        ax.set_yscale("log")
+        ax.set_title(f"task {task}")
+        ax.legend()
+    axes[0].set_ylabel(ylabel)
+    return axes
 
 
 def grouped_bars(ax, categories: Sequence[str], groups: dict[str, tuple[Sequence[float], Sequence[float]]],

@@ -35,7 +35,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -44,9 +44,6 @@ from .. import seeding
 from ..errors import ConfigError
 from ..messages import Aggregate, ClientUpdates
 from ..schedules import Transformation, constant, scale_by_schedule, step_decay
-
-if TYPE_CHECKING:   # only for annotations: algorithms call the runtime they are handed
-    from ..client import ClientRuntime, Evaluation, LocalTraining
 
 
 # ----------------------------------------------------------------------------- what the loop tells a rule
@@ -247,6 +244,11 @@ class Algorithm:
                    else f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
                    if f.init and getattr(self, f.name) != f.default]
         return f"{self.name}({', '.join(changed)})" if changed else self.name
+
+
+def with_proximal_term(plan: RoundPlan, mu: float) -> RoundPlan:
+    """The plan with FedProx's (μ/2)‖w − wₜ‖² added to every client's local loss."""
+    return dataclasses.replace(plan, local=dataclasses.replace(plan.local, prox_mu=mu))
 
 
 class ServerStep:

@@ -2,13 +2,13 @@
 FedProx (Li et al. 2020: FedAvg whose clients add a proximal term)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..messages import Aggregate, ClientUpdates
-from .base import Algorithm, Context, RoundPlan, ServerStep, option, register
+from .base import Algorithm, Context, RoundPlan, ServerStep, option, register, with_proximal_term
 
 
 def sample_weights(reports: ClientUpdates, weighting: str) -> torch.Tensor:
@@ -84,5 +84,4 @@ class FedProx(FedAvg):
     mu: float = option(0.01, low=0.0)
 
     def configure(self, ctx: Context, state: Any) -> RoundPlan:
-        plan = super().configure(ctx, state)
-        return replace(plan, local=replace(plan.local, prox_mu=self.mu))
+        return with_proximal_term(super().configure(ctx, state), self.mu)

@@ -13,14 +13,14 @@ normalisation. MGDA-Prox (§6) is FedMGDA+ whose clients add FedProx's proximal 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..messages import Aggregate, ClientUpdates
 from ..minnorm import SOLVERS, min_norm_direction
-from .base import Algorithm, Context, RoundPlan, ServerStep, option, register
+from .base import Algorithm, Context, RoundPlan, ServerStep, option, register, with_proximal_term
 from .fedavg import normalise_rows, sample_weights
 
 
@@ -82,5 +82,4 @@ class MGDAProx(FedMGDAPlus):
     mu: float = option(0.1, low=0.0)
 
     def configure(self, ctx: Context, state: Any) -> RoundPlan:
-        plan = super().configure(ctx, state)
-        return replace(plan, local=replace(plan.local, prox_mu=self.mu))
+        return with_proximal_term(super().configure(ctx, state), self.mu)

