@@ -15,29 +15,33 @@ participants is measured on the true losses).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Mapping
 
 import torch
 
 from .errors import ConfigError
 from .messages import ClientUpdates
+from .validation import option, validate_options
 
 
 @dataclass(frozen=True)
 class BiasAttack:
-    client: int
-    bias: float
-    on: str = "mean"          # "total": the bias is added to the summed loss, i.e. bias / nₖ on the mean
-    every_round: bool = True  # the attacker participates in every round
+    """The client adds ``bias`` to the loss it reports: to its mean loss (``target="mean"``), or to
+    its summed loss (``"total"``, i.e. bias / nₖ on the mean, FedMGDA+ Table 7's caption)."""
+
+    kind: ClassVar[str] = "bias"
+    client: int = option(0, low=0)
+    bias: float = option(0.0)
+    target: str = option("mean", choices=("mean", "total"))
+    every_round: bool = option(True, doc="the attacker participates in every round")
 
     def __post_init__(self):
-        if self.on not in ("mean", "total"):
-            raise ConfigError(f"bias attack on={self.on!r} is not 'mean' or 'total'")
+        validate_options(self, "bias attack")
 
     def apply(self, reports: ClientUpdates) -> ClientUpdates:
         shift = _attacker_rows(reports, self.client, 0.0, lambda r: self.bias / float(reports.num_samples[r])
-                               if self.on == "total" else self.bias)
+                               if self.target == "total" else self.bias)
         if shift is None:
             return reports
         return reports.replace(**{k: _shift(getattr(reports, k), shift) for k in ("loss_before", "loss_after")})
@@ -45,13 +49,15 @@ class BiasAttack:
 
 @dataclass(frozen=True)
 class ScalingAttack:
-    client: int
-    factor: float
-    every_round: bool = True
+    """The client multiplies its loss, hence its update, by ``factor``."""
+
+    kind: ClassVar[str] = "scaling"
+    client: int = option(0, low=0)
+    factor: float = option(1.0, low=0.0, low_open=True)
+    every_round: bool = option(True, doc="the attacker participates in every round")
 
     def __post_init__(self):
-        if not self.factor > 0:
-            raise ConfigError(f"scaling attack factor must be > 0, got {self.factor}")
+        validate_options(self, "scaling attack")
 
     def apply(self, reports: ClientUpdates) -> ClientUpdates:
         scale = _attacker_rows(reports, self.client, 1.0, lambda r: self.factor)
@@ -68,15 +74,30 @@ KINDS = {"bias": BiasAttack, "scaling": ScalingAttack}
 
 
 def make_attack(spec: Mapping[str, Any]) -> Attack:
-    """From a config entry such as ``{"kind": "bias", "client": 1, "bias": 10000, "on": "total"}``."""
+    """From a config entry such as ``{"kind": "bias", "client": 1, "bias": 10000, "target": "total"}``."""
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"an attack must be a mapping such as {{'kind': 'bias', 'client': 1, 'bias': 1.0}}, got {spec!r}")
     spec = dict(spec)
     kind = spec.pop("kind", None)
     if kind not in KINDS:
         raise ConfigError(f"attack kind {kind!r} is not one of {', '.join(KINDS)}")
-    try:
-        return KINDS[kind](**spec)
-    except TypeError as e:
-        raise ConfigError(f"bad options for a {kind} attack: {e}") from None
+    cls = KINDS[kind]
+    allowed = [f.name for f in fields(cls)]
+    unknown = sorted(set(spec) - set(allowed), key=str)
+    if unknown:
+        # YAML 1.1 reads a bare key `on` as True
+        hint = " (the bias attack's 'on' is now called 'target')" if "on" in unknown or True in unknown else ""
+        raise ConfigError(f"{kind} attack: unknown option(s) {', '.join(map(str, unknown))}{hint}; its options are: "
+                          f"{', '.join(allowed)}")
+    missing = [n for n in ("client", "bias" if kind == "bias" else "factor") if n not in spec]
+    if missing:
+        raise ConfigError(f"{kind} attack: {', '.join(missing)} must be given")
+    return cls(**spec)
+
+
+def attack_spec(attack: Attack) -> dict[str, Any]:
+    """The canonical config entry of an attack (every option, in its canonical type)."""
+    return {"kind": attack.kind, **{f.name: getattr(attack, f.name) for f in fields(attack)}}
 
 
 def _attacker_rows(reports: ClientUpdates, client: int, default: float, value) -> torch.Tensor | None:

@@ -35,35 +35,40 @@ def _parse_value(text: str):
 def _set(d: dict, dotted: str, value) -> None:
     """``--set a.b=v``. A new algorithm name starts from that algorithm's defaults
     (``--set algorithm=fedfv --set algorithm.alpha=0.5``)."""
+    from .errors import ConfigError
     keys = dotted.split(".")
     if keys == ["algorithm"] and isinstance(value, str):
         value = {"name": value}
-    for k in keys[:-1]:
-        if isinstance(d.get(k), str):
+    for i, k in enumerate(keys[:-1]):
+        if k == "algorithm" and isinstance(d.get(k), str):
             d[k] = {"name": d[k]}
-        d = d.setdefault(k, {})
+        inner = d.setdefault(k, {})
+        if not isinstance(inner, dict):
+            raise ConfigError(f"--set {dotted}: {'.'.join(keys[:i + 1])} is {inner!r}, not a group of settings")
+        d = inner
     d[keys[-1]] = value
 
 
 def _cmd_run(args) -> int:
     from .config import ExperimentConfig
+    from .errors import ConfigError
     from .sweeps import run, run_dir
     from . import metrics
 
     base = ExperimentConfig.from_yaml(args.config).to_dict() if args.config else ExperimentConfig().to_dict()
     for item in args.set or []:
         if "=" not in item:
-            print(f"--set takes KEY=VALUE (e.g. local.lr=0.1), got {item!r}", file=sys.stderr)
-            return 2
+            raise ConfigError(f"--set takes KEY=VALUE (e.g. local.lr=0.1), got {item!r}")
         k, v = item.split("=", 1)
         _set(base, k, _parse_value(v))
     cfg = ExperimentConfig.from_dict(base).validate()
     t0 = time.time()
     h = run(cfg, cache=not args.no_cache)
     acc = h.final_acc()
+    where = "not cached (--no-cache)" if args.no_cache else f"results in {run_dir(cfg)}"
     print(f"{cfg.label()}: {h.rounds_done} rounds in {time.time() - t0:.1f} s; "
           f"final accuracy mean {metrics.mean(acc):.4f}, std {metrics.std(acc):.4f}, "
-          f"worst10% {metrics.worst(acc):.4f}; results in {run_dir(cfg)}")
+          f"worst10% {metrics.worst(acc):.4f}; {where}")
     return 0
 
 

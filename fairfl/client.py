@@ -38,11 +38,12 @@ from torch import nn
 from torch.func import functional_call
 
 from . import stacked as stacked_forward
-from .errors import ConfigError, TrainingDivergedError
+from .errors import TrainingDivergedError
 from .messages import ClientUpdates
 from .models import num_tasks, objective_indices, objective_view, shared_mask
 from .partition import Client
 from .seeding import BATCHES, batch_generator
+from .validation import option, validate_options
 
 
 @dataclass(frozen=True)
@@ -53,27 +54,16 @@ class LocalTraining:
     samples drawn uniformly without replacement, independently at every step (the whole local
     set when ``batch_size`` is None), and ``epochs`` is not used."""
 
-    epochs: int = 1
-    batch_size: int | None = 10
-    lr: float = 0.01
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    prox_mu: float = 0.0  # FedProx: + (μ/2)·‖w − w_centre‖² in every local loss
-    steps: int | None = None
+    epochs: int = option(1, low=1)
+    batch_size: int | None = option(10, low=1, doc="None: full batch")
+    lr: float = option(0.01, low=0.0, low_open=True)
+    momentum: float = option(0.0, low=0.0, high=1.0, high_open=True)
+    weight_decay: float = option(0.0, low=0.0)
+    prox_mu: float = option(0.0, low=0.0, doc="FedProx: + (μ/2)·‖w − w_centre‖² in every local loss")
+    steps: int | None = option(None, low=1, doc="K local steps instead of epochs (FMOL)")
 
-    def validate(self) -> None:
-        if self.epochs < 1:
-            raise ConfigError(f"local epochs must be >= 1, got {self.epochs}")
-        if self.steps is not None and self.steps < 1:
-            raise ConfigError(f"local steps must be None (use epochs) or >= 1, got {self.steps}")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1 or None (full batch), got {self.batch_size}")
-        if not self.lr > 0:
-            raise ConfigError(f"local lr must be > 0, got {self.lr}")
-        if not 0 <= self.momentum < 1:
-            raise ConfigError(f"momentum must be in [0, 1), got {self.momentum}")
-        if self.weight_decay < 0 or self.prox_mu < 0:
-            raise ConfigError("weight_decay and prox_mu must be >= 0")
+    def __post_init__(self) -> None:
+        validate_options(self, "local")
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -1,11 +1,18 @@
 """One experiment = one frozen, validated :class:`ExperimentConfig`. Its hash names its cache
-folder, so a notebook re-plots without retraining and a changed setting never reuses a stale
-result.
+folder (with the data's fingerprint, ``fairfl.cache``), so a notebook re-plots without retraining
+and a changed setting never reuses a stale result.
 
 The algorithm is an object with its own typed options (``fairfl.algorithms``):
 ``ExperimentConfig(algorithm=FedMGDAPlus(eps=0.1, server_lr=1.0, decay=0.1))``; a name
 (``algorithm="fedavg"``) or a mapping (``{"name": "fedfv", "alpha": 0.5}``, the form of a YAML
-file) is turned into one at construction."""
+file) is turned into one at construction.
+
+Every field is checked when the config is made (and again by :meth:`ExperimentConfig.validate`):
+a bad value raises one ConfigError naming it, before any data is loaded. The config is kept in a
+canonical form — numbers in their field's type, every dataset / model / algorithm / attack option
+written out with its default — so that equal experiments have equal keys (``server_lr=1`` and
+``1.0``, an option left out and the same option at its default value).
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -17,16 +24,18 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .algorithms import Algorithm, make_algorithm
-from .attacks import make_attack
+from .attacks import attack_spec, make_attack
 from .client import LocalTraining
-from .data import check_dataset_name
+from .data.base import canonical_options
 from .errors import ConfigError
-from .models import check_model_name
+from .models import model_options
 from .partition import PartitionSpec
+from .validation import option, validate_options
 
 # Bump when a change of the code changes what a config computes, so that no stale result is read.
 # 2: one round loop for every algorithm (the algorithm's options and server step in its own object).
-CACHE_VERSION = 2
+# 3: canonical configs, attacks' `target`, the data's fingerprint in the cache key.
+CACHE_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -38,30 +47,38 @@ class ExperimentConfig:
     model_options: Mapping[str, Any] = field(default_factory=dict)
     algorithm: Algorithm = "fedavg"     # an Algorithm, or its name / {"name": ..., option: ...}
     local: LocalTraining = LocalTraining()
-    rounds: int = 100
-    participation: float = 0.1          # p: share of clients sampled per round
-    clients_per_round: int | None = None  # overrides participation when set
-    eval_every: int = 10
-    seed: int = 0                       # training seed (the partition has its own)
-    batched: bool = True                # train a round's clients together (False: reference loop)
-    track_improved: bool = True         # share of participants whose loss did not increase
-    checkpoint_every: int = 50
-    eligible_clients: tuple[int, ...] | None = None  # only these may be sampled (e.g. the PhD-only baseline)
-    attacks: tuple[Mapping[str, Any], ...] = ()     # e.g. ({"kind": "bias", "client": 1, "bias": 1.0},)
+    rounds: int = option(100, low=1)
+    participation: float = option(0.1, low=0.0, high=1.0, low_open=True, doc="share of clients sampled per round")
+    clients_per_round: int | None = option(None, low=1, doc="overrides participation when set")
+    eval_every: int = option(10, low=1)
+    seed: int = option(0, low=0, doc="training seed (the partition has its own)")
+    batched: bool = option(True, doc="train a round's clients together (False: the reference loop)")
+    track_improved: bool = option(True, doc="share of participants whose loss did not increase")
+    checkpoint_every: int = option(50, low=1)
+    eligible_clients: tuple[int, ...] | None = option(None, low=0, doc="only these may be sampled")
+    attacks: tuple = ()                 # e.g. ({"kind": "bias", "client": 1, "bias": 1.0},)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "algorithm", make_algorithm(self.algorithm))
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
+        set_("algorithm", make_algorithm(self.algorithm))
+        validate_options(self, "ExperimentConfig")
+        for name, kind in (("partition", PartitionSpec), ("local", LocalTraining)):
+            if not isinstance(getattr(self, name), kind):
+                raise ConfigError(f"ExperimentConfig: {name} must be a {kind.__name__} (or, in a config file, a "
+                                  f"mapping of its fields), got {getattr(self, name)!r}")
+        set_("dataset_options", canonical_options(self.dataset, self.dataset_options))
+        set_("model_options", model_options(self.model, self.model_options))
+        if isinstance(self.attacks, (str, bytes, Mapping)) or not isinstance(self.attacks, (tuple, list)):
+            raise ConfigError(f"ExperimentConfig: attacks must be a list of attacks, got {self.attacks!r}")
+        set_("attacks", tuple(attack_spec(make_attack(a)) for a in self.attacks))
+        if self.eligible_clients is not None:
+            set_("eligible_clients", tuple(sorted(set(self.eligible_clients))))
+        self.validate()
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> "ExperimentConfig":
-        """Check every parameter before any data is loaded; raise one ConfigError naming the
-        problem. Returns self, so ``cfg = ExperimentConfig(...).validate()`` reads well."""
-        for obj, where in ((self, ""), (self.partition, "partition."), (self.local, "local.")):
-            check_number_fields(obj, where)
-        check_dataset_name(self.dataset)
-        check_model_name(self.model)
-        self.partition.validate()
-        self.local.validate()
+        """Check how the settings fit together (before any data is loaded); raise one ConfigError
+        naming the problem. Every field was checked at construction. Returns self."""
         n = self.partition.federation_size
         if self.eligible_clients is not None:
             bad = [k for k in self.eligible_clients if not 0 <= k < n]
@@ -76,18 +93,13 @@ class ExperimentConfig:
         if len(attackers) > self.num_sampled:
             raise ConfigError(f"{len(attackers)} attackers take part in every round but only "
                               f"{self.num_sampled} clients are sampled per round")
-        if not isinstance(self.rounds, int) or self.rounds < 1:
-            raise ConfigError(f"rounds must be a positive integer, got {self.rounds!r}")
-        if not (0 < self.participation <= 1):
-            raise ConfigError(f"participation p must be in (0, 1], got {self.participation}")
-        if self.clients_per_round is not None:
-            if self.clients_per_round < 1:
-                raise ConfigError(f"clients_per_round must be >= 1, got {self.clients_per_round}")
-            if self.clients_per_round > pool:
-                raise ConfigError(f"clients_per_round={self.clients_per_round} is more than the "
-                                  f"{pool} clients that can be sampled")
-        if self.eval_every < 1 or self.checkpoint_every < 1:
-            raise ConfigError("eval_every and checkpoint_every must be >= 1")
+        if self.clients_per_round is not None and self.clients_per_round > pool:
+            raise ConfigError(f"clients_per_round={self.clients_per_round} is more than the "
+                              f"{pool} clients that can be sampled")
+        split = self.partition.split
+        if split is not None and split[2] == 0:
+            raise ConfigError(f"partition: split={split} gives the clients no test data, so every accuracy would "
+                              "be NaN; give the test share a positive fraction")
         if attacks and self.algorithm.multi_objective:
             raise ConfigError(f"attacks rewrite single-objective reports; {self.algorithm.name} sends one update "
                               "per objective")
@@ -105,6 +117,7 @@ class ExperimentConfig:
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict[str, Any]:
+        """The canonical form: every setting, JSON-ready (tuples as lists)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["algorithm"] = self.algorithm.to_dict()
         for key in ("partition", "local"):
@@ -113,14 +126,17 @@ class ExperimentConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ExperimentConfig":
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"a config must be a mapping of ExperimentConfig fields, got {type(d).__name__}: {d!r}")
         d = dict(d)
         unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
-            raise ConfigError(f"unknown config keys: {', '.join(sorted(unknown))}")
-        if isinstance(d.get("partition"), Mapping):
-            d["partition"] = _build(PartitionSpec, d["partition"], "partition")
-        if isinstance(d.get("local"), Mapping):
-            d["local"] = _build(LocalTraining, d["local"], "local")
+            raise ConfigError(f"unknown config keys: {', '.join(sorted(map(str, unknown)))}")
+        for key, kind in (("partition", PartitionSpec), ("local", LocalTraining)):
+            if isinstance(d.get(key), Mapping):
+                d[key] = _build(kind, d[key], key)
+            elif key in d and not isinstance(d[key], kind):
+                raise ConfigError(f"{key} must be a mapping of its fields (e.g. {key}: {{...}}), got {d[key]!r}")
         for key in ("eligible_clients", "attacks"):
             if isinstance(d.get(key), list):
                 d[key] = tuple(d[key])
@@ -128,15 +144,31 @@ class ExperimentConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "ExperimentConfig":
+        """From a YAML file of ExperimentConfig fields. A missing or empty file, or one that is not
+        YAML, is a ConfigError naming the file."""
         import yaml
-        with open(path) as f:
-            return cls.from_dict(yaml.safe_load(f) or {})
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise ConfigError(f"config file {path}: {e.strerror or e}") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ConfigError(f"config file {path} is not valid YAML: {problem}{where}") from None
+        if data is None:
+            raise ConfigError(f"config file {path} is empty: write the fields to change (e.g. rounds: 20); "
+                              "an empty file would silently run the defaults")
+        return cls.from_dict(data)
 
     def replace(self, **changes) -> "ExperimentConfig":
         return dataclasses.replace(self, **changes)
 
     def key(self) -> str:
-        """A stable hash of every setting and of the cache version (the cache folder's name)."""
+        """A stable hash of every setting and of the cache version."""
         blob = json.dumps({"cache_version": CACHE_VERSION, **self.to_dict()}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -148,7 +180,7 @@ def _build(cls, d: Mapping[str, Any], where: str):
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = set(d) - names
     if unknown:
-        raise ConfigError(f"unknown {where} keys: {', '.join(sorted(unknown))}")
+        raise ConfigError(f"unknown {where} keys: {', '.join(sorted(map(str, unknown)))}")
     d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
     return cls(**_coerce_numbers(cls, d))
 
@@ -168,23 +200,9 @@ def _coerce_numbers(cls, d: dict[str, Any]) -> dict[str, Any]:
                 x = float(v)
             except ValueError:
                 continue
-            out[k] = int(x) if kind is int and x.is_integer() else x
+            if math.isfinite(x):
+                out[k] = int(x) if kind is int and x.is_integer() else x
     return out
-
-
-def check_number_fields(obj, where: str = "") -> None:
-    """Every field annotated int / float holds a real number (not a bool, not a string)."""
-    for f in dataclasses.fields(obj):
-        kind = _NUMBER_TYPES.get(str(f.type))
-        if kind is None:
-            continue
-        v = getattr(obj, f.name)
-        if v is None and "None" in str(f.type):
-            continue
-        ok = isinstance(v, int) if kind is int else isinstance(v, (int, float))
-        if isinstance(v, bool) or not ok:
-            raise ConfigError(f"{where}{f.name} must be {'an integer' if kind is int else 'a number'}, "
-                              f"got {v!r} ({type(v).__name__})")
 
 
 def _plain(x):

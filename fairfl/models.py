@@ -13,12 +13,13 @@ model.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import torch
 from torch import nn
 
 from .errors import ConfigError
+from .validation import call_options
 
 
 class CifarCNN(nn.Module):
@@ -224,17 +225,39 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-# name -> builder(input_shape, num_classes, **options)
+# name -> builder(input_shape, num_classes, *, tasks, <the model's options, typed>): the options
+# a config's model_options may set (checked, and their defaults filled in, by model_options()).
+def _multi_lenet(shape, nc, *, tasks: int = 2) -> nn.Module:
+    return multi_lenet(tasks, nc, shape[0], shape[-1])     # one head per label column of the data
+
+
+def _cnn_cifar10(shape, nc, *, tasks: int = 1) -> nn.Module:
+    return CifarCNN(nc)
+
+
+def _cnn_fmnist(shape, nc, *, tasks: int = 1, dropout: bool = True) -> nn.Module:
+    return FashionCNN(nc, dropout)
+
+
+def _cnn_femnist(shape, nc, *, tasks: int = 1, dropout: bool = True) -> nn.Module:
+    return FemnistCNN(nc, dropout)
+
+
+def _mlp2(shape, nc, *, tasks: int = 1, hidden: tuple[int, ...] = (200, 200)) -> nn.Module:
+    return MLP(_numel(shape), nc, tuple(hidden))
+
+
+def _logreg(shape, nc, *, tasks: int = 1) -> nn.Module:
+    return LogisticRegression(_numel(shape), nc)
+
+
+def _lstm_shakespeare(shape, nc, *, tasks: int = 1, embed_dim: int = 8, hidden: int = 256, layers: int = 2) -> nn.Module:
+    return CharLSTM(nc, nc, embed_dim, hidden, layers)     # input and output vocabularies are the same characters
+
+
 MODELS: dict[str, Callable[..., nn.Module]] = {
-    # FMOL's two-head LeNet (one head per label column of a multi-task dataset)
-    "multi_lenet": lambda shape, nc, num_tasks=2, **kw: multi_lenet(num_tasks, nc, shape[0], shape[-1], **kw),
-    "cnn_cifar10": lambda shape, nc, **kw: CifarCNN(nc, **kw),
-    "cnn_fmnist": lambda shape, nc, **kw: FashionCNN(nc, **kw),
-    "cnn_femnist": lambda shape, nc, **kw: FemnistCNN(nc, **kw),
-    "mlp2": lambda shape, nc, **kw: MLP(_numel(shape), nc, **kw),
-    "logreg": lambda shape, nc, **kw: LogisticRegression(_numel(shape), nc, **kw),
-    # input and output vocabularies are the same characters
-    "lstm_shakespeare": lambda shape, nc, **kw: CharLSTM(nc, nc, **kw),
+    "multi_lenet": _multi_lenet, "cnn_cifar10": _cnn_cifar10, "cnn_fmnist": _cnn_fmnist,
+    "cnn_femnist": _cnn_femnist, "mlp2": _mlp2, "logreg": _logreg, "lstm_shakespeare": _lstm_shakespeare,
 }
 
 # Input shapes the image models are built for.
@@ -248,6 +271,13 @@ def check_model_name(name: str) -> None:
         raise ConfigError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
 
 
+def model_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of model ``name`` in canonical form (each in its type, those equal to their
+    default left out): unknown names and values of the wrong type are a ConfigError naming them."""
+    check_model_name(name)
+    return call_options(MODELS[name], options, f"model_options of {name!r}", skip=("shape", "nc", "tasks"))
+
+
 MULTI_TASK_MODELS = ("multi_lenet",)
 
 
@@ -256,10 +286,8 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int,
     """Build a model by name; with ``seed`` its initial weights depend on that seed only.
     ``tasks`` is the number of label columns of the data: a multi-task model gets one head per
     task, any other model needs ``tasks == 1``."""
-    check_model_name(name)
-    if name in MULTI_TASK_MODELS:
-        options = {"num_tasks": tasks, **options}
-    elif tasks != 1:
+    options = model_options(name, options)
+    if name not in MULTI_TASK_MODELS and tasks != 1:
         raise ConfigError(f"model {name!r} has one output head, the data has {tasks} tasks; "
                           f"use a multi-task model ({', '.join(MULTI_TASK_MODELS)})")
     expected = _EXPECTED_SHAPE.get(name)
@@ -269,10 +297,10 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int,
         raise ConfigError(f"model {name!r} takes sequences of token indices, shape (length,); "
                           f"the data has {tuple(input_shape)}")
     if seed is None:
-        return MODELS[name](tuple(input_shape), num_classes, **options)
+        return MODELS[name](tuple(input_shape), num_classes, tasks=tasks, **options)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return MODELS[name](tuple(input_shape), num_classes, **options)
+        return MODELS[name](tuple(input_shape), num_classes, tasks=tasks, **options)
 
 
 def num_parameters(model: nn.Module) -> int:

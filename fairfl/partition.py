@@ -7,6 +7,7 @@ A partition is a list of index arrays into the training set, one per client, dis
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -16,6 +17,7 @@ import torch
 from . import seeding
 from .data.base import ArrayDataset
 from .errors import ConfigError
+from .validation import option, validate_options
 
 
 # ----------------------------------------------------------------------------- partitioners
@@ -197,6 +199,9 @@ def split_in_order(indices: np.ndarray, fractions: Sequence[float]) -> list[np.n
 
 # ----------------------------------------------------------------------------- federated data
 
+SCHEMES = ("iid", "shards", "dirichlet", "one_class", "attribute", "natural", "label_limited")
+
+
 @dataclass(frozen=True)
 class PartitionSpec:
     """How to federate a dataset. ``scheme`` is one of ``SCHEMES``; ``split`` is the per-client
@@ -215,17 +220,21 @@ class PartitionSpec:
     multi-task dataset (MultiMNIST: 0 = task L). ``pooled`` merges every client's data into one
     client after the split: centralised training on exactly the federation's data (FMOL's MGD)."""
 
-    scheme: str = "iid"
-    num_clients: int = 100
-    shards_per_client: int = 2
-    beta: float = 0.5
-    classes: tuple[int, ...] = ()
-    attribute_values: tuple[int, ...] = (0, 1)
+    scheme: str = option("iid", choices=SCHEMES)
+    num_clients: int = option(100, low=1)
+    shards_per_client: int = option(2, low=1)
+    beta: float = option(0.5, low=0.0, low_open=True)
+    classes: tuple[int, ...] = option((), low=0)
+    attribute_values: tuple[int, ...] = option((0, 1))
     split: tuple[float, float, float] | None = (0.8, 0.1, 0.1)
-    seed: int = 0
-    samples_per_client: int | None = None
-    label_column: int = 0
-    pooled: bool = False
+    seed: int = option(0, low=0)
+    samples_per_client: int | None = option(None, low=1)
+    label_column: int = option(0, low=0)
+    pooled: bool = option(False)
+
+    def __post_init__(self) -> None:
+        validate_options(self, "partition")
+        self.validate()
 
     @property
     def federation_size(self) -> int:
@@ -233,24 +242,30 @@ class PartitionSpec:
         return 1 if self.pooled else self.num_clients
 
     def validate(self) -> None:
-        if self.scheme not in SCHEMES:
-            raise ConfigError(f"unknown partition scheme {self.scheme!r}; known: {', '.join(SCHEMES)}")
         if self.split is not None:
-            if len(self.split) != 3 or min(self.split) < 0 or abs(sum(self.split) - 1) > 1e-9 or self.split[0] <= 0:
-                raise ConfigError(f"split must be 3 non-negative fractions summing to 1 with a "
-                                  f"positive train share, got {self.split}")
+            ok = (isinstance(self.split, (tuple, list)) and len(self.split) == 3
+                  and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                          for v in self.split)
+                  and abs(sum(self.split) - 1) <= 1e-9 and self.split[0] > 0)
+            if not ok:
+                raise ConfigError(f"partition: split={self.split!r} is not allowed; it must be 3 non-negative fractions "
+                                  "(train, val, test) summing to 1 with a positive train share, or None")
+            object.__setattr__(self, "split", tuple(float(v) for v in self.split))
         elif self.scheme not in ("one_class", "attribute"):
-            raise ConfigError("split=None (test from the standard test file) needs scheme "
+            raise ConfigError("partition: split=None (test from the standard test file) needs scheme "
                               "'one_class' or 'attribute', whose groups exist in the test file")
         if self.scheme == "one_class" and not self.classes:
-            raise ConfigError("scheme 'one_class' needs classes=(...), one per client")
+            raise ConfigError("partition: scheme 'one_class' needs classes=(...), one per client")
+        if self.scheme == "one_class" and len(self.classes) != self.num_clients:
+            raise ConfigError(f"partition: scheme 'one_class' gives one class per client: {len(self.classes)} "
+                              f"classes for num_clients={self.num_clients}")
         if self.scheme == "label_limited" and self.samples_per_client is None:
-            raise ConfigError("scheme 'label_limited' needs samples_per_client")
+            raise ConfigError("partition: scheme 'label_limited' needs samples_per_client")
         if self.samples_per_client is not None and self.scheme not in ("iid", "label_limited"):
-            raise ConfigError(f"samples_per_client applies to schemes 'iid' and 'label_limited', not {self.scheme!r}")
+            raise ConfigError(f"partition: samples_per_client applies to schemes 'iid' and 'label_limited', "
+                              f"not {self.scheme!r}")
 
 
-SCHEMES = ("iid", "shards", "dirichlet", "one_class", "attribute", "natural", "label_limited")
 
 
 @dataclass(frozen=True)

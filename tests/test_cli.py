@@ -41,7 +41,7 @@ def test_data_reports_found_and_missing():
 
 @pytest.mark.parametrize("args, message", [
     (["--set", "algorithm=no_such"], "unknown algorithm 'no_such'"),
-    (["--set", "participation=1.5"], "participation p must be in (0, 1]"),
+    (["--set", "participation=1.5"], "participation=1.5 is not allowed"),
     (["--set", "dataset=imagenet"], "unknown dataset 'imagenet'"),
     (["--set", "bogus=1"], "unknown config keys: bogus"),
 ])

@@ -243,9 +243,10 @@ def test_local_training_validate(changes, match):
         LocalTraining(**changes).validate()
 
 
-def test_local_training_validate_accepts_good_values():
-    LocalTraining(epochs=5, batch_size=None, lr=1.0, momentum=0.0, weight_decay=0.0, prox_mu=0.0).validate()
-    LocalTraining(batch_size=1, momentum=0.99).validate()
+def test_local_training_accepts_good_values_in_their_canonical_types():
+    a = LocalTraining(epochs=5, batch_size=None, lr=1, momentum=0, weight_decay=0, prox_mu=0)
+    assert a == LocalTraining(epochs=5, batch_size=None, lr=1.0, momentum=0.0, weight_decay=0.0, prox_mu=0.0)
+    assert isinstance(a.lr, float) and isinstance(LocalTraining(batch_size=1, momentum=0.99).batch_size, int)
 
 
 # ----------------------------------------------------------------------------- fused forward

@@ -252,17 +252,17 @@ def test_split_of_label_sorted_indices_still_mixes_classes(fmnist):
 
 # ----------------------------------------------------------------------------- spec validation
 
-@pytest.mark.parametrize("spec, match", [
-    (PartitionSpec("nope"), "unknown partition scheme"),
-    (PartitionSpec("iid", split=(0.5, 0.5)), "split"),
-    (PartitionSpec("iid", split=(0.8, 0.1, 0.2)), "split"),
-    (PartitionSpec("iid", split=(0.0, 0.5, 0.5)), "split"),
-    (PartitionSpec("iid", split=None), "split=None"),
-    (PartitionSpec("one_class", split=None), "classes"),
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(scheme="nope"), "scheme='nope' is not allowed"),
+    (dict(scheme="iid", split=(0.5, 0.5)), "split"),
+    (dict(scheme="iid", split=(0.8, 0.1, 0.2)), "split"),
+    (dict(scheme="iid", split=(0.0, 0.5, 0.5)), "split"),
+    (dict(scheme="iid", split=None), "split=None"),
+    (dict(scheme="one_class", split=None), "classes"),
 ])
-def test_partition_spec_validate(spec, match):
+def test_partition_spec_fails_at_construction(kwargs, match):
     with pytest.raises(ConfigError, match=match):
-        spec.validate()
+        PartitionSpec(**kwargs)
 
 
 # ----------------------------------------------------------------------------- properties

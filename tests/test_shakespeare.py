@@ -242,8 +242,9 @@ def test_report_names_source_groups_and_samples(corpus):
         assert f"{int(kept.sum())} groups" in row[2]
         assert f"{int(np.minimum(n[kept], 2000).sum())} train" in row[2]
     finally:   # the default load holds 0.84 GB: do not keep it for the rest of the session
-        for key in [k for k in datasets._CACHE if k[0] == "shakespeare" and not k[2]]:
-            del datasets._CACHE[key]
+        import fairfl.data.base
+        for key in [k for k in fairfl.data.base._CACHE if k[0] == "shakespeare" and not k[2]]:
+            del fairfl.data.base._CACHE[key]
 
 
 # ----------------------------------------------------------------------------- natural partition

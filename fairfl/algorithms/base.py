@@ -31,9 +31,6 @@ MyAlgorithm(...))`` or ``algorithm={"name": "my_algorithm", ...}`` then runs it.
 from __future__ import annotations
 
 import dataclasses
-import math
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
@@ -44,6 +41,7 @@ from .. import seeding
 from ..errors import ConfigError
 from ..messages import Aggregate, ClientUpdates
 from ..schedules import Transformation, constant, scale_by_schedule, step_decay
+from ..validation import option, validate_options
 
 
 # ----------------------------------------------------------------------------- what the loop tells a rule
@@ -100,92 +98,6 @@ class RoundPlan:
     extras: Mapping[str, Any] = field(default_factory=dict)
 
 
-# ----------------------------------------------------------------------------- options
-
-def option(default: Any, *, low: float | None = None, high: float | None = None, low_open: bool = False,
-           high_open: bool = False, choices: Sequence[Any] | None = None, doc: str = "") -> Any:
-    """A validated option field: a number in [low, high] (open ends with ``*_open``), or one of
-    ``choices``. Its annotation gives the type (int, float, bool, str, optionally ``| None``)."""
-    return field(default=default, metadata={"low": low, "high": high, "low_open": low_open, "high_open": high_open,
-                                            "choices": tuple(choices) if choices is not None else None, "doc": doc})
-
-
-_KINDS = {"int": int, "float": float, "bool": bool, "str": str}
-
-
-def _annotation(tp: Any) -> tuple[type | None, bool]:
-    """(int / float / bool / str or None, whether None is allowed) of a field's annotation,
-    written as a string (``from __future__ import annotations``) or as a type."""
-    if isinstance(tp, str):
-        parts = [part.strip() for part in tp.split("|")]
-        optional = "None" in parts
-        rest = [part for part in parts if part != "None"]
-        return (_KINDS.get(rest[0]) if len(rest) == 1 else None), optional
-    args = typing.get_args(tp)
-    if args and (typing.get_origin(tp) is typing.Union or isinstance(tp, types.UnionType)):
-        rest = [a for a in args if a is not type(None)]
-        return (rest[0] if len(rest) == 1 and rest[0] in _KINDS.values() else None), len(rest) < len(args)
-    return (tp if tp in _KINDS.values() else None), False
-
-
-def _describe(meta: Mapping[str, Any], kind: type) -> str:
-    if meta.get("choices"):
-        return "one of " + ", ".join(repr(c) for c in meta["choices"])
-    lo, hi = meta.get("low"), meta.get("high")
-    name = {int: "an integer", float: "a finite number", bool: "True or False", str: "a string"}[kind]
-    if lo is None and hi is None:
-        return name
-    left = "(" if meta.get("low_open") else "["
-    right = ")" if meta.get("high_open") else "]"
-    low = "-inf" if lo is None else f"{lo:g}"
-    high = "inf" if hi is None else f"{hi:g}"
-    return f"{name} in {left}{low}, {high}{right}"
-
-
-def validate_options(obj: Any) -> None:
-    """scikit-learn's rule: every option is checked at construction, and a bad one raises one
-    ConfigError naming the algorithm, the option, its value and what is allowed. Numbers are
-    canonicalised (an int given for a float option becomes a float), so that equal settings
-    serialise, and hash, alike."""
-    owner = getattr(obj, "name", "") or type(obj).__name__
-    for f in dataclasses.fields(obj):
-        if not f.init:
-            continue
-        value = getattr(obj, f.name)
-        kind, optional = _annotation(f.type)
-        if kind is None or (value is None and optional):
-            continue
-        meta = f.metadata or {}
-
-        def bad() -> ConfigError:
-            return ConfigError(f"{owner}: {f.name}={value!r} is not allowed; it must be {_describe(meta, kind)}"
-                               + (" or None" if optional else ""))
-        if kind is bool:
-            if not isinstance(value, (bool, np.bool_)):
-                raise bad()
-            value = bool(value)
-        elif kind is int:
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-                raise bad()
-            value = int(value)
-        elif kind is float:
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-                raise bad()
-            value = float(value)
-            if not math.isfinite(value):
-                raise bad()
-        elif kind is str and not isinstance(value, str):
-            raise bad()
-        if meta.get("choices") is not None and value not in meta["choices"]:
-            raise bad()
-        lo, hi = meta.get("low"), meta.get("high")
-        if lo is not None and (value < lo or (meta.get("low_open") and value == lo)):
-            raise bad()
-        if hi is not None and (value > hi or (meta.get("high_open") and value == hi)):
-            raise bad()
-        object.__setattr__(obj, f.name, value)
-
-
 # ----------------------------------------------------------------------------- the contract
 
 @dataclass(frozen=True)
@@ -200,7 +112,7 @@ class Algorithm:
     ClientState: ClassVar[type | None] = None             # dataclass of one client's state (None: none kept)
 
     def __post_init__(self) -> None:
-        validate_options(self)
+        validate_options(self, self.name or type(self).__name__)
 
     # -- server side
     def init(self, params: torch.Tensor, num_clients: int) -> Any:

