@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,7 +33,7 @@ from .attacks import make_attack
 from .client import ClientRuntime, Evaluation, flat_params
 from .config import ExperimentConfig
 from .data import load_dataset
-from .errors import TrainingDivergedError
+from .errors import CacheError, TrainingDivergedError
 from .models import build_model
 from .partition import FederatedData, federate
 
@@ -120,8 +121,13 @@ class History:
 
     @classmethod
     def load(cls, folder: Path) -> "History":
+        """A saved history, checked (``fairfl.atomic.read_json_npz``); a CacheError names the folder."""
         scalars, arrays = read_json_npz(folder)
-        return cls(**scalars, **{k: v.tolist() for k, v in arrays.items()})
+        try:
+            return cls(**scalars, **{k: v.tolist() for k, v in arrays.items()})
+        except TypeError as e:
+            raise CacheError(f"cache entry {folder} does not hold a history ({e}); delete it to have the run "
+                             "trained again") from None
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -150,16 +156,24 @@ def save_checkpoint(folder: Path, config: ExperimentConfig, run: RunState) -> No
 
 
 def load_checkpoint(folder: Path, config: ExperimentConfig) -> RunState | None:
+    """The checkpoint of ``config`` in ``folder``, or None (no checkpoint, or another config's). An
+    unreadable one (a damaged file) is reported and removed: the run starts again from round 0."""
     path = Path(folder) / CHECKPOINT
     if not path.is_file():
         return None
-    blob = torch.load(path, weights_only=True)  # no arbitrary unpickling
-    if blob.get("config_key") != config.key():
+    try:
+        blob = torch.load(path, weights_only=True)  # no arbitrary unpickling
+        if blob.get("config_key") != config.key():
+            return None
+        algo = config.algorithm
+        return RunState(blob["round"], blob["params"], state_from_plain(algo.State, blob["state"]), blob["optimizer"],
+                        {int(k): state_from_plain(algo.ClientState, v) for k, v in blob["clients"].items()},
+                        History.from_state(blob["history"]))
+    except Exception as e:  # noqa: BLE001 - any failure to read it means the same: it cannot be resumed from
+        warnings.warn(f"checkpoint {path} is unreadable ({type(e).__name__}: {str(e).splitlines()[0][:200]}); it is "
+                      "removed and the run starts again from round 0", stacklevel=2)
+        path.unlink(missing_ok=True)
         return None
-    algo = config.algorithm
-    return RunState(blob["round"], blob["params"], state_from_plain(algo.State, blob["state"]), blob["optimizer"],
-                    {int(k): state_from_plain(algo.ClientState, v) for k, v in blob["clients"].items()},
-                    History.from_state(blob["history"]))
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -252,8 +266,9 @@ def _simulate(config: ExperimentConfig, checkpoint_dir: Path | None, progress: b
     history = run.history
 
     end = config.rounds if stop_after is None else min(stop_after, config.rounds)
-    bar = tqdm(range(run.round, end), initial=run.round, total=config.rounds, desc=config.label(),
-               disable=not progress or tqdm is None, leave=False) if tqdm else range(run.round, end)
+    # no explicit disable=False: TQDM_DISABLE=1 (CI, stored outputs) must still switch the bar off
+    bar = tqdm(range(run.round, end), initial=run.round, total=config.rounds, desc=config.label(), leave=False,
+               **({} if progress else {"disable": True})) if tqdm else range(run.round, end)
     for t in bar:
         t0 = time.perf_counter()
         w = run.params

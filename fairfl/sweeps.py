@@ -14,7 +14,6 @@ way without touching the notebooks, since the workers share nothing but the cach
 """
 from __future__ import annotations
 
-import json
 import os
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -23,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
+from .cache import checked_load, is_cached, prepare, results_folder, store
+from .cache import load as load_entry
+from .cache import entry as cache_entry
 from .config import ExperimentConfig
-from .errors import RunFailedError
-from .paths import results_root
-from .atomic import atomic_write
-from .loop import CHECKPOINT, History, simulate
+from .errors import FairFLError, RunFailedError
+from .loop import History, simulate
 
 try:
     from tqdm.auto import tqdm
@@ -36,28 +36,24 @@ except ImportError:  # pragma: no cover
 
 
 def run_dir(config: ExperimentConfig, root: Path | None = None) -> Path:
-    return Path(root or results_root()) / config.key()
-
-
-def is_cached(config: ExperimentConfig, root: Path | None = None) -> bool:
-    d = run_dir(config, root)
-    return (d / "history.json").is_file() and (d / "history.npz").is_file()
+    """The run's cache entry (``fairfl.cache``)."""
+    return cache_entry(config, root)
 
 
 def run(config: ExperimentConfig, cache: bool = True, root: Path | None = None,
         progress: bool = True) -> History:
-    """One experiment, cached by the hash of its full config."""
+    """One experiment, cached (``fairfl.cache``): a good cached run is returned, an interrupted
+    one resumes from its checkpoint, an unusable entry is reported and trained again."""
     config.validate()
     if not cache:
         return simulate(config, progress=progress)
-    d = run_dir(config, root)
-    if is_cached(config, root):
-        return History.load(d)
-    d.mkdir(parents=True, exist_ok=True)
-    atomic_write(d / "config.json", lambda p: Path(p).write_text(json.dumps(config.to_dict(), indent=1)))
+    results_folder(root)                 # a results path that cannot be used is named before any data is read
+    cached = checked_load(config, root)
+    if cached is not None:
+        return cached
+    d = prepare(config, root)
     history = simulate(config, checkpoint_dir=d, progress=progress)
-    history.save(d)
-    (d / CHECKPOINT).unlink(missing_ok=True)  # the finished history replaces it
+    store(history, d)
     return history
 
 
@@ -96,10 +92,37 @@ class SerialBackend(_Closing):
                 yield i, _Failure(e, traceback.format_exc())
 
 
-def _init_worker(threads: int) -> None:
+def _init_worker(threads: int, parent: int) -> None:
     import torch
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)
+    _exit_with_parent(parent)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker as soon as the process that started it is gone (killed, say): a worker
+    left behind would keep training, hold gigabytes and the parent's output pipe (a CI step or a
+    ``| tee`` would hang on it). Linux tells the worker at once (PR_SET_PDEATHSIG); elsewhere, and
+    as a second line, a thread checks every second whether the worker has been handed to another
+    parent. A run killed this way stops at its last checkpoint, which the next sweep resumes."""
+    import ctypes
+    import signal
+    import threading
+    import time
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)            # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:                   # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(1.0)
+    threading.Thread(target=watch, name="fairfl-parent-watch", daemon=True).start()
 
 
 class ProcessBackend(_Closing):
@@ -131,36 +154,61 @@ class ProcessBackend(_Closing):
             import multiprocessing as mp
             ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock
             self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker,
-                                             initargs=(self.threads,))
+                                             initargs=(self.threads, os.getpid()))
             self._env = env
         return self._pool
 
+    # When a worker dies, the pool breaks and every run not yet finished fails with it, on the
+    # healthy workers too, and which run took the worker down cannot be told. So the runs lost
+    # with a broken pool are sent again one at a time (each resuming from its checkpoint): a run
+    # that breaks the pool while it runs alone is the culprit, and is reported after this many
+    # more tries; the others just finish.
+    RETRIES = 2
+
     def submit_all(self, fn, items):
+        attempts = [0] * len(items)
+        pending, alone = list(range(len(items))), False
+        while pending:
+            batch, rest = (pending[:1], pending[1:]) if alone else (pending, [])
+            pool, futures = self._submit(fn, items, batch)
+            lost = []
+            try:
+                for f in as_completed(futures):
+                    i = futures[f]
+                    try:
+                        yield i, f.result()
+                    except BrokenProcessPool:      # a worker died: this run was lost with the pool
+                        self._discard(pool)
+                        lost.append(i)
+                    except Exception as e:  # noqa: BLE001 - reported per run
+                        yield i, _Failure(e, getattr(e, "__traceback_text__", traceback.format_exc()))
+            finally:
+                # Interrupted (KeyboardInterrupt, or a failure upstream): drop the runs that have not
+                # started. Running ones finish into the cache, or, when the interrupt reached the
+                # workers too (Jupyter's does), stop with their last checkpoint, which the next sweep
+                # resumes from.
+                for f in futures:
+                    f.cancel()
+            if alone and lost:                     # it ran alone: it is the one that kills its worker
+                (i,) = lost
+                attempts[i] += 1
+                if attempts[i] > self.RETRIES:
+                    error = RunFailedError(f"a worker process died each of the {attempts[i]} times this run was "
+                                           "under way on its own (killed, or out of memory)")
+                    yield i, _Failure(error, "")
+                    lost = []
+            alone = alone or bool(lost)
+            pending = sorted(lost) + rest
+
+    def _submit(self, fn, items, indices):
         for attempt in range(2):
             pool = self._start()
             try:
-                futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
-                break
+                return pool, {pool.submit(fn, items[i]): i for i in indices}
             except (BrokenProcessPool, RuntimeError):  # a worker died after _start's check: once more, afresh
                 self._discard(pool)
                 if attempt:
                     raise
-        try:
-            for f in as_completed(futures):
-                try:
-                    yield futures[f], f.result()
-                except BrokenProcessPool as e:  # a worker died (killed, out of memory): the next sweep starts afresh
-                    self._discard(pool)
-                    yield futures[f], _Failure(e, traceback.format_exc())
-                except Exception as e:  # noqa: BLE001 - reported per run
-                    yield futures[f], _Failure(e, getattr(e, "__traceback_text__", traceback.format_exc()))
-        finally:
-            # Interrupted (KeyboardInterrupt, or a failure upstream): drop the runs that have not
-            # started. Running ones finish into the cache, or, when the interrupt reached the
-            # workers too (Jupyter's does), stop with their last checkpoint, which the next sweep
-            # resumes from.
-            for f in futures:
-                f.cancel()
 
     def _discard(self, pool: ProcessPoolExecutor) -> None:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -219,6 +267,7 @@ def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None
     The process backend spawns its workers: from a Python *script* (not a notebook), call
     ``run_many`` under ``if __name__ == "__main__":``, or every worker re-runs the script."""
     configs = [c.validate() for c in configs]
+    results_folder(root)
     own = backend is None   # a pool made for this call only is closed after it
     backend = backend or (SerialBackend() if sum(not is_cached(c, root) for c in configs) <= 1 else default_backend())
     try:
@@ -234,7 +283,9 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
     config's history in order. Failed runs are collected and raised together (or hold None), the
     others stay cached."""
     what = "runs"
-    todo = list({c.key(): c for c in configs if not is_cached(c, root)}.values())
+    unique = {c.key(): c for c in configs}
+    done = {k: checked_load(c, root) for k, c in unique.items()}        # an unusable entry is reported, removed
+    todo = [c for k, c in unique.items() if done[k] is None]
     failures: dict[str, str] = {}
     if todo:
         # no explicit disable=False: TQDM_DISABLE=1 (CI, stored outputs) must still switch the bar off
@@ -247,7 +298,13 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
                 bar.update(1)
         if bar is not None:
             bar.close()
-    out = [None if c.key() in failures else History.load(run_dir(c, root)) for c in configs]
+    for c in todo:
+        if c.key() not in failures:
+            try:
+                done[c.key()] = load_entry(c, root)
+            except FairFLError as e:
+                failures[c.key()] = f"{c.label()}: {type(e).__name__}: {e}"
+    out = [None if c.key() in failures else done[c.key()] for c in configs]
     if failures and raise_on_failure:
         raise RunFailedError(f"{len(failures)} of {len(todo)} {what} failed (the others are cached):\n  " +
                              "\n  ".join(failures.values()))

@@ -192,3 +192,11 @@ def test_cli_rejects_bad_config_files_with_one_error_line(name, text, message, t
     code, err = run_cli(capsys, ["run", "--config", str(path)])
     assert code == 2 and len(err) == 1 and err[0].startswith("error: "), err
     assert message in err[0] and (str(path) in err[0] or name not in ("missing file", "empty file", "not YAML")), err
+
+
+def test_cli_names_a_results_folder_that_is_a_file(tmp_path, capsys, monkeypatch, no_data):
+    blocker = tmp_path / "results"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("FAIRFL_RESULTS", str(blocker))
+    code, err = run_cli(capsys, ["run", "--set", "rounds=1"])
+    assert code == 2 and len(err) == 1 and f"the results folder {blocker} is a file" in err[0], err

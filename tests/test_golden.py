@@ -36,7 +36,7 @@ ADULT = ExperimentConfig(dataset="adult", model="logreg",
 TEXT = ExperimentConfig(dataset="shakespeare", dataset_options={"max_samples": 60}, model="lstm_shakespeare",
                         partition=PartitionSpec("natural", num_clients=2), local=LocalTraining(epochs=1, batch_size=16, lr=0.8),
                         rounds=2, participation=1.0, eval_every=1, track_improved=False, batched=False)
-BIAS = ({"kind": "bias", "client": 1, "bias": 1000.0, "on": "total"},)
+BIAS = ({"kind": "bias", "client": 1, "bias": 1000.0, "target": "total"},)
 
 CASES = {
     "fedavg_cnn": FM.replace(algorithm=FedAvg()),

@@ -195,7 +195,8 @@ def test_num_sampled():
 def test_run_caches_and_second_call_does_not_train(fmnist, tmp_path, monkeypatch):
     first = run(CFG, root=tmp_path, progress=False)
     d = run_dir(CFG, tmp_path)
-    assert d == tmp_path / CFG.key()
+    import fairfl.cache
+    assert d == tmp_path / fairfl.cache.key(CFG)
     assert is_cached(CFG, tmp_path)
     assert not (d / CHECKPOINT).exists()
     assert json.loads((d / "config.json").read_text()) == CFG.to_dict()
@@ -213,7 +214,7 @@ def test_run_caches_and_second_call_does_not_train(fmnist, tmp_path, monkeypatch
 def test_run_uses_results_root_from_environment(fmnist, fairfl_env):
     cfg = CFG.replace(rounds=1, eval_every=1)
     run(cfg, progress=False)
-    assert (fairfl_env["results"] / cfg.key() / "history.json").is_file()
+    assert (run_dir(cfg) / "history.json").is_file() and run_dir(cfg).parent == fairfl_env["results"]
 
 
 # ----------------------------------------------------------------------------- (f) run_many
@@ -369,3 +370,20 @@ def test_history_round_trip_hand_made(tmp_path):
                 sampled=[[0, 1]] * 5, info={"x": [1.0] * 5})
     h.save(tmp_path)
     assert History.load(tmp_path) == h
+
+
+def test_tqdm_disable_silences_a_single_runs_bar(fmnist, fairfl_env):
+    """tqdm reads TQDM_* when it is imported: set it for a fresh process, as CI does."""
+    import os
+    import subprocess
+    import sys
+    code = ("from fairfl import ExperimentConfig, LocalTraining, PartitionSpec\n"
+            "from fairfl.loop import simulate\n"
+            "simulate(ExperimentConfig(dataset='fashion_mnist', model='mlp2', rounds=1, eval_every=1, participation=0.3,"
+            " partition=PartitionSpec('shards', num_clients=10, shards_per_client=2),"
+            " local=LocalTraining(batch_size=50)), progress=True)\n")
+    for disable, shown in (("1", False), ("", True)):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "TQDM_DISABLE": disable})
+        assert r.returncode == 0, r.stderr
+        assert ("fedavg seed=0" in r.stderr) is shown, r.stderr

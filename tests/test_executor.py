@@ -1,0 +1,147 @@
+"""The process pool survives its workers and its parent, with real processes and real kills:
+a worker killed in the middle of a sweep costs only the runs it took down (sent again, resumed
+from their checkpoints, bit-identical to an uninterrupted sweep); a run that kills every worker
+it gets is reported after a bounded number of tries while the others land in the cache; and
+when the parent is killed its workers end within seconds."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.errors import RunFailedError
+from fairfl.sweeps import ProcessBackend, SerialBackend, run_many
+
+CFG = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)}, model="mlp2",
+                       partition=PartitionSpec("shards", num_clients=10, shards_per_client=2),
+                       local=LocalTraining(epochs=2, batch_size=20, lr=0.05), rounds=6, clients_per_round=4,
+                       eval_every=2, checkpoint_every=1)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:                                   # a zombie (dead, not yet reaped) counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_a_killed_worker_costs_only_its_runs(fmnist, tmp_path):
+    configs = [CFG.replace(seed=s) for s in range(4)]
+    serial = run_many(configs, backend=SerialBackend(), root=tmp_path / "serial", progress=False)
+    with ProcessBackend(workers=2) as backend:
+        killed = []
+
+        def kill_one_worker_mid_sweep():
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:          # wait until some run has checkpointed a round
+                if list((tmp_path / "pool").glob("*/checkpoint.pt")) and backend._pool is not None:
+                    pid = next(iter(backend._pool._processes))
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    return
+                time.sleep(0.02)
+        killer = threading.Thread(target=kill_one_worker_mid_sweep)
+        killer.start()
+        pooled = run_many(configs, backend=backend, root=tmp_path / "pool", progress=False)
+        killer.join()
+    assert killed, "no worker was killed: the test did not test anything"
+    for s, p in zip(serial, pooled):
+        assert (s.train_loss, s.test_acc, s.info) == (p.train_loss, p.test_acc, p.info)
+
+
+CRASH = '''
+import os
+import signal
+from dataclasses import dataclass
+
+from fairfl.algorithms import register
+from fairfl.algorithms.fedavg import FedAvg
+
+
+@register
+@dataclass(frozen=True)
+class KillsItsWorker(FedAvg):
+    """Kills the process it runs in, in round 1: a stand-in for a run that runs out of memory."""
+
+    name = "kills_its_worker"
+
+    def aggregate(self, reports, state, ctx):
+        if ctx.round == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().aggregate(reports, state, ctx)
+'''
+
+
+@pytest.mark.slow
+def test_a_run_that_kills_every_worker_is_reported_and_the_others_are_kept(fmnist, tmp_path, monkeypatch):
+    (tmp_path / "crash_algorithm.py").write_text(CRASH)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import crash_algorithm
+    good = [CFG.replace(seed=s, rounds=2) for s in range(2)]
+    bad = CFG.replace(rounds=3, algorithm=crash_algorithm.KillsItsWorker())
+    with ProcessBackend(workers=2) as backend:
+        with pytest.raises(RunFailedError, match=r"(?s)1 of 3 runs failed .*kills_its_worker seed=0: RunFailedError: a worker "
+                                                 r"process died each of the 3 times this run was under way on its own"):
+            run_many([good[0], bad, good[1]], backend=backend, root=tmp_path, progress=False)
+        out = run_many(good, backend=backend, root=tmp_path, progress=False)     # cached: nothing trains
+    assert all(h.rounds_done == 2 for h in out)
+
+
+PARENT = '''
+import sys, time
+from pathlib import Path
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.sweeps import ProcessBackend
+
+if __name__ == "__main__":
+    cfg = ExperimentConfig(dataset="fashion_mnist", model="cnn_fmnist",
+                           partition=PartitionSpec("shards", num_clients=10, shards_per_client=2),
+                           local=LocalTraining(epochs=5, batch_size=10, lr=0.01), rounds=1000, clients_per_round=5)
+    from fairfl.sweeps import _worker_run, _portable
+    pool = ProcessBackend(workers=2)._start()
+    futures = [pool.submit(_worker_run, (_portable(cfg.replace(seed=s)), sys.argv[2])) for s in range(2)]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(pool._processes) < 2:
+        time.sleep(0.1)
+    Path(sys.argv[1]).write_text(" ".join(map(str, pool._processes)))
+    for f in futures:          # train, until killed
+        f.result()
+'''
+
+
+@pytest.mark.slow
+def test_workers_end_when_their_parent_is_killed(fmnist, tmp_path, fairfl_env):
+    script, pids_file = tmp_path / "parent.py", tmp_path / "pids"
+    script.write_text(textwrap.dedent(PARENT))
+    parent = subprocess.Popen([sys.executable, str(script), str(pids_file), str(tmp_path / "results")],
+                              env={**os.environ}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while not pids_file.exists() and time.monotonic() < deadline and parent.poll() is None:
+            time.sleep(0.2)
+        assert pids_file.exists(), parent.communicate(timeout=10)
+        workers = [int(p) for p in pids_file.read_text().split()]
+        time.sleep(2.0)                                          # the workers are training now
+        assert all(alive(p) for p in workers)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(alive(p) for p in workers), "workers outlived their killed parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
