@@ -35,7 +35,10 @@ from .validation import option, validate_options
 # Bump when a change of the code changes what a config computes, so that no stale result is read.
 # 2: one round loop for every algorithm (the algorithm's options and server step in its own object).
 # 3: canonical configs, attacks' `target`, the data's fingerprint in the cache key.
-CACHE_VERSION = 3
+# 4: dropout masks from each client's stream (a run fused with others gives its result alone);
+#    the device's type in the key.
+CACHE_VERSION = 4
+DEVICES = "'auto', 'cpu', 'cuda' or 'cuda:N'"
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class ExperimentConfig:
     checkpoint_every: int = option(50, low=1)
     eligible_clients: tuple[int, ...] | None = option(None, low=0, doc="only these may be sampled")
     attacks: tuple = ()                 # e.g. ({"kind": "bias", "client": 1, "bias": 1.0},)
+    device: str = option("cpu", doc="'auto', 'cpu', 'cuda' or 'cuda:N': where clients train and evaluate")
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
@@ -73,6 +77,7 @@ class ExperimentConfig:
         set_("attacks", tuple(attack_spec(make_attack(a)) for a in self.attacks))
         if self.eligible_clients is not None:
             set_("eligible_clients", tuple(sorted(set(self.eligible_clients))))
+        set_("device", _canonical_device(self.device))
         self.validate()
 
     # ------------------------------------------------------------------ validation
@@ -167,13 +172,40 @@ class ExperimentConfig:
     def replace(self, **changes) -> "ExperimentConfig":
         return dataclasses.replace(self, **changes)
 
+    @property
+    def device_type(self) -> str:
+        """``"cpu"`` or ``"cuda"``."""
+        return self.device.split(":")[0]
+
     def key(self) -> str:
-        """A stable hash of every setting and of the cache version."""
-        blob = json.dumps({"cache_version": CACHE_VERSION, **self.to_dict()}, sort_keys=True, separators=(",", ":"))
+        """A stable hash of every setting and of the cache version. Of the device only its type
+        counts: GPU kernels add in other orders than CPU ones, and over many rounds runs drift
+        apart, so a CPU result is never returned for a CUDA run (nor the other way round); which
+        GPU does not matter."""
+        blob = json.dumps({"cache_version": CACHE_VERSION, **self.to_dict(), "device": self.device_type},
+                          sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def label(self) -> str:
         return f"{self.algorithm.label()} seed={self.seed}"
+
+
+def _canonical_device(spec: Any) -> str:
+    """'cpu', 'cuda' or 'cuda:N'; 'auto' becomes 'cuda' where torch sees a GPU, else 'cpu'. Whether
+    a CUDA device exists is checked when the run starts (``fairfl.engine.resolve_device``): a
+    config may be written on one machine and run on another."""
+    if not isinstance(spec, str):
+        raise ConfigError(f"ExperimentConfig: device={spec!r} is not allowed; it must be {DEVICES}")
+    text = spec.strip().lower()
+    if text == "auto":
+        import torch
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    kind, _, index = text.partition(":")
+    if kind == "cpu" and not index:
+        return "cpu"
+    if kind == "cuda" and (not index or index.isdigit()):
+        return text
+    raise ConfigError(f"ExperimentConfig: device={spec!r} is not allowed; it must be {DEVICES}")
 
 
 def _build(cls, d: Mapping[str, Any], where: str):

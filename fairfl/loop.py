@@ -16,23 +16,24 @@ a pool worker, or resumed elsewhere (tested).
 from __future__ import annotations
 
 import json
+import threading
 import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
-from . import seeding
 from .algorithms.base import Context, state_from_plain, state_to_plain
 from .atomic import atomic_write, read_json_npz, write_json_npz
 from .attacks import make_attack
 from .client import ClientRuntime, Evaluation, flat_params
 from .config import ExperimentConfig
 from .data import load_dataset
+from .engine import Lockstep, Trainer, resolve_device
 from .errors import CacheError, TrainingDivergedError
 from .models import build_model
 from .partition import FederatedData, federate
@@ -198,19 +199,29 @@ def run_threads():
         torch.set_num_threads(before)
 
 
-_FEDERATED: dict[str, FederatedData] = {}
+_FEDERATED: dict[tuple[str, str], FederatedData] = {}
+_FEDERATED_LOCK = threading.Lock()
 
 
-def federated_data(config: ExperimentConfig) -> FederatedData:
-    """The partitioned dataset of a config, memoised per process (a sweep of many runs on one
-    partition loads and splits the data once per worker)."""
+def federated_data(config: ExperimentConfig, device: torch.device | str = "cpu") -> FederatedData:
+    """The partitioned dataset of a config on ``device``, memoised per process (a sweep of many
+    runs on one partition loads and splits the data once per worker, and moves it to a GPU once)."""
     key = json.dumps([config.dataset, dict(config.dataset_options), config.to_dict()["partition"]],
                      sort_keys=True, default=str)
-    if key not in _FEDERATED:
-        if len(_FEDERATED) >= 4:  # bound the memory of a long-lived worker
-            _FEDERATED.pop(next(iter(_FEDERATED)))
-        _FEDERATED[key] = federate(load_dataset(config.dataset, **dict(config.dataset_options)), config.partition)
-    return _FEDERATED[key]
+    device = str(torch.device(device))
+    with _FEDERATED_LOCK:     # the runs of a lockstep group start in threads
+        if (key, "cpu") not in _FEDERATED:
+            _remember((key, "cpu"), federate(load_dataset(config.dataset, **dict(config.dataset_options)),
+                                             config.partition))
+        if (key, device) not in _FEDERATED:
+            _remember((key, device), _FEDERATED[(key, "cpu")].to(device))
+        return _FEDERATED[(key, device)]
+
+
+def _remember(key: tuple[str, str], fed: FederatedData) -> None:
+    if len(_FEDERATED) >= 4:  # bound the memory of a long-lived worker
+        _FEDERATED.pop(next(iter(_FEDERATED)))
+    _FEDERATED[key] = fed
 
 
 def _check_evaluation(ev: Evaluation, round_: int) -> None:
@@ -236,23 +247,87 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
     and the run resumes from it. A NaN/Inf raises TrainingDivergedError; the last checkpoint
     stays as it was. The run computes with :data:`RUN_THREADS` intra-op threads."""
     config.validate()
+    resolve_device(config.device)
     with run_threads():
         return _simulate(config, checkpoint_dir, progress, fed, stop_after)
 
 
+def simulate_group(configs: Sequence[ExperimentConfig], checkpoint_dirs: Sequence[Path | None] | None = None,
+                   progress: bool = True, on_done: Callable[[int, History], None] | None = None,
+                   stop_after: int | None = None) -> list[History | BaseException]:
+    """Run several configs side by side, each in its own thread, their local training fused
+    (``fairfl.engine.Lockstep``): every run's result is the one it gives alone (tested). Each run
+    keeps its own checkpoints in ``checkpoint_dirs[i]``; ``on_done(i, history)`` is called as soon
+    as run i ends (to store it before the others finish). Returns each run's History, or the
+    exception that stopped it; a failed run does not stop the others. The calling thread only
+    waits (an interrupt stops every run at its last checkpoint)."""
+    for c in configs:
+        c.validate()
+        resolve_device(c.device)
+    dirs = list(checkpoint_dirs) if checkpoint_dirs is not None else [None] * len(configs)
+    if len(configs) == 1:     # nothing to fuse with: no thread
+        try:
+            history = simulate(configs[0], dirs[0], progress, stop_after=stop_after)
+        except Exception as e:  # noqa: BLE001 - returned like a group's failures
+            return [e]
+        if on_done is not None:
+            on_done(0, history)
+        return [history]
+    lockstep = Lockstep()
+    results: list[History | BaseException | None] = [None] * len(configs)
+
+    def one(i: int) -> None:
+        try:
+            with run_threads():    # torch's thread count is per thread: set in each
+                results[i] = _simulate(configs[i], dirs[i], False, None, stop_after, lockstep)
+            if on_done is not None:
+                on_done(i, results[i])
+        except BaseException as e:  # noqa: BLE001 - reported per run
+            results[i] = e
+        finally:
+            lockstep.leave()
+
+    for _ in configs:
+        lockstep.enter()
+    threads = [threading.Thread(target=one, args=(i,), name=f"fairfl-run-{i}", daemon=True) for i in range(len(configs))]
+    bar = (tqdm(total=len(configs), desc=f"{len(configs)} runs side by side", leave=False,
+                **({} if progress else {"disable": True})) if tqdm else None)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+            if bar is not None:
+                bar.update(1)
+    except BaseException as e:     # KeyboardInterrupt: every run stops at its next local training
+        lockstep.abort(e if isinstance(e, Exception) else RunInterrupted("interrupted"))
+        for t in threads:
+            t.join()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return results
+
+
+class RunInterrupted(Exception):
+    """A run of a lockstep group stopped because the group was interrupted."""
+
+
 def _simulate(config: ExperimentConfig, checkpoint_dir: Path | None, progress: bool, fed: FederatedData | None,
-              stop_after: int | None) -> History:
+              stop_after: int | None, trainer: Trainer | None = None) -> History:
     algo = config.algorithm
     attacks = [make_attack(spec) for spec in config.attacks]
     forced = tuple(sorted({a.client for a in attacks if a.every_round}))
-    if fed is None:
-        fed = federated_data(config)
+    device = resolve_device(config.device)
+    fed = federated_data(config, device) if fed is None else fed.to(device)
     ds = fed.dataset
     model = build_model(config.model, ds.input_shape, ds.num_classes, seed=config.seed, tasks=ds.num_tasks,
                         **dict(config.model_options))
-    clients = ClientRuntime(model, fed.clients, config.seed, config.batched)
+    w = flat_params(model)                       # the global model lives on the CPU, with the server rule
+    clients = ClientRuntime(model.to(device), fed.clients, config.seed, config.batched, trainer)
     optimizer = algo.server_optimizer()
-    w = flat_params(model)
     base = Context(rounds=config.rounds, seed=config.seed, local=config.local, num_clients=fed.num_clients,
                    num_sampled=config.num_sampled, eligible=config.eligible_clients, forced=forced)
 
@@ -277,7 +352,6 @@ def _simulate(config: ExperimentConfig, checkpoint_dir: Path | None, progress: b
         plan = algo.configure(ctx, run.state)
         if config.track_improved:
             plan = replace(plan, loss_before=True)
-        torch.manual_seed(seeding.dropout_seed(config.seed, t))  # dropout under vmap uses the global generator
         honest = algo.client_update(ctx, plan, clients)
         reports = honest
         for attack in attacks:  # what the server receives

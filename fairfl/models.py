@@ -13,6 +13,7 @@ model.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Mapping
 
 import torch
@@ -298,9 +299,14 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int,
                           f"the data has {tuple(input_shape)}")
     if seed is None:
         return MODELS[name](tuple(input_shape), num_classes, tasks=tasks, **options)
-    with torch.random.fork_rng(devices=[]):
+    # PyTorch's initialisers draw from the global generator: seeded here, and locked, since the runs of
+    # a lockstep group (``fairfl.engine``) build their models in parallel threads
+    with _BUILD_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return MODELS[name](tuple(input_shape), num_classes, tasks=tasks, **options)
+
+
+_BUILD_LOCK = threading.Lock()
 
 
 def num_parameters(model: nn.Module) -> int:

@@ -7,6 +7,7 @@ A partition is a list of index arrays into the training set, one per client, dis
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -295,13 +296,21 @@ class FederatedData:
     def num_clients(self) -> int:
         return len(self.clients)
 
+    def to(self, device: torch.device | str) -> "FederatedData":
+        """The same partition with every client's tensors on ``device`` (itself if already there)."""
+        device = torch.device(device)
+        if all(c.x_train.device == device for c in self.clients):
+            return self
+        moved = [Client(*(getattr(c, f.name).to(device) for f in dataclasses.fields(Client))) for c in self.clients]
+        return dataclasses.replace(self, clients=moved)
+
     def label_counts(self, part: str = "train", task: int = 0) -> np.ndarray:
         """(clients, classes) matrix of label counts: the heatmap of a partition (of label column
         ``task`` on a multi-task dataset)."""
         nc = self.dataset.num_classes
 
         def labels(c: Client) -> np.ndarray:
-            y = getattr(c, f"y_{part}").numpy()
+            y = getattr(c, f"y_{part}").cpu().numpy()
             return y[:, task] if y.ndim == 2 else y
         return np.stack([np.bincount(labels(c), minlength=nc) for c in self.clients])
 

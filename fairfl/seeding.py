@@ -6,22 +6,24 @@ run resumed from a checkpoint draws exactly what an uninterrupted one would (tes
 An algorithm asks its :class:`~fairfl.algorithms.base.Context` for ``ctx.rng(purpose)`` (a
 ``numpy.random.Generator`` of (seed, round, purpose)); pick a purpose tag of your own that no
 other stream of the round uses. The loop's own streams are listed below. Their derivations
-differ in form (an integer seed for sampling and dropout, the client id before the purpose for
+differ in form (an integer seed for sampling, the client id before the purpose for
 batch orders) because results cached by earlier versions were drawn that way; each is still a
-function of (seed, round, purpose[, client]) only.
+function of (seed, round, purpose[, client]) only. No draw reads torch's or numpy's global state,
+so runs trained side by side in threads (``fairfl.engine``) cannot disturb one another.
 
 The partition has its own seed (``PartitionSpec.seed``), independent of the training seed, so
 that one seed gives one partition whatever the run (a known trap of the papers' public code).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 # Purposes of the round loop's streams (any integer; fixed forever, since changing one changes results).
 SAMPLING = 0x5A3        # which clients take part in a round
-DROPOUT = 0xD0          # the global torch generator, seeded per round (dropout inside vmap reads it)
-BATCHES = 0xC11         # a client's batch order in a round
+BATCHES = 0xC11         # a client's batch order and dropout masks in a round
 PARTITION = 0xFA1       # the partition (seeded by PartitionSpec.seed, no round)
 SPLIT = 0x5B1           # each client's train / val / test split (likewise)
 
@@ -40,18 +42,63 @@ def sampling_rng(seed: int, round_: int) -> np.random.Generator:
     return np.random.default_rng(_int_seed(seed, round_, SAMPLING))
 
 
-def dropout_seed(seed: int, round_: int) -> int:
-    """The seed of torch's global generator during round ``round_``: dropout inside
-    ``torch.func.vmap`` can only draw from it."""
-    return _int_seed(seed, round_, DROPOUT)
+@dataclass(frozen=True)
+class Stream:
+    """The random draws of one client's local training in one round: its batch order
+    (:meth:`generator`) and its dropout masks (:attr:`key`, for :func:`keep_mask`). Both training
+    paths, a run trained alone or fused with other runs, and a resumed run draw the same from it.
+    Another ``purpose`` gives a second, independent stream (Ditto's personal model trains on its
+    own batches)."""
+
+    seed: int
+    round: int
+    client: int
+    purpose: int = BATCHES
+
+    def _state(self) -> np.ndarray:
+        return np.random.SeedSequence([self.seed, self.round, self.client, self.purpose]).generate_state(2, np.uint64)
+
+    def generator(self) -> torch.Generator:
+        """A fresh CPU generator of the batch order (on any device: batches are drawn on the CPU)."""
+        return torch.Generator().manual_seed(int(self._state()[0] >> np.uint64(1)))
+
+    @property
+    def key(self) -> int:
+        """The dropout stream: a 31-bit integer."""
+        return int(self._state()[1] & np.uint64(_M31))
 
 
-def batch_generator(seed: int, round_: int, client: int, purpose: int = BATCHES) -> torch.Generator:
-    """The generator of one client's batch order in one round: both training paths, and a resumed
-    run, draw the same batches from it. Another ``purpose`` gives a second, independent order
-    (Ditto's personal model trains on its own batches)."""
-    s = np.random.SeedSequence([seed, round_, client, purpose]).generate_state(2, np.uint64)
-    return torch.Generator().manual_seed(int(s[0] >> np.uint64(1)))
+# ----------------------------------------------------------------------------- dropout masks
+# Dropout draws from a counter-based hash, not from a torch generator: the mask of an element is a
+# pure function of (the instance's stream key, the step and layer, the element's index in the
+# instance's own (batch, channel, ...) layout). So a client's masks do not depend on which other
+# clients or runs share its fused computation, on the order in which they were drawn, nor on the
+# device (the integer arithmetic below is exact everywhere). Every intermediate value stays below
+# 2^62, so no int64 product overflows.
+_M31 = 0x7FFFFFFF
+_MULT = 0x45D9F3B        # odd multiplier of a 32-bit integer hash (two multiply–xorshift rounds)
+
+
+def _mix(h: torch.Tensor) -> torch.Tensor:
+    h = h ^ (h >> 16)
+    h = (h * _MULT) & _M31
+    h = h ^ (h >> 16)
+    h = (h * _MULT) & _M31
+    return h ^ (h >> 16)
+
+
+def keep_mask(keys: torch.Tensor, counter: int, shape: tuple[int, ...], p: float) -> torch.Tensor:
+    """(m, *shape) boolean: which elements dropout of rate ``p`` keeps, for m instances with
+    stream ``keys`` (m,) int64, at ``counter`` (the step and layer). Each element is kept with
+    probability 1 − p (to 2⁻³¹), independently across elements, keys and counters."""
+    numel = int(np.prod(shape)) if shape else 1
+    if numel >= 2 ** 31:
+        raise ValueError(f"a dropout layer of {numel} elements per instance is beyond the mask's index range")
+    keys = keys.to(torch.int64)
+    base = _mix((keys + _mix(torch.tensor(counter & _M31, dtype=torch.int64, device=keys.device))) & _M31)
+    idx = torch.arange(numel, dtype=torch.int64, device=keys.device)
+    h = _mix((base[:, None] + idx) & _M31)
+    return (h < int((1.0 - p) * 2 ** 31)).reshape(len(keys), *shape)
 
 
 def partition_rng(seed: int, purpose: int) -> np.random.Generator:

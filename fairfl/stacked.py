@@ -13,14 +13,22 @@ b = 10, one thread: 0.36 s per local epoch against 0.85 s with vmap
 Supported: models whose ``net`` attribute is an ``nn.Sequential`` of the layer types in
 ``SUPPORTED`` (every model in ``fairfl.models``). :func:`supports` says whether a model
 qualifies; the local-training code falls back to vmap otherwise.
+
+Dropout in training mode draws its masks from each instance's stream key
+(:func:`fairfl.seeding.keep_mask`), in the instance's own (batch, channel, ...) layout, so an
+instance gets the same masks whichever instances share its stack; :func:`keyed_dropout` gives a
+single ``nn.Module`` the very same masks (the reference path of local training).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .seeding import keep_mask
 
 SUPPORTED = (nn.Conv2d, nn.Linear, nn.ReLU, nn.MaxPool2d, nn.Dropout, nn.Dropout2d, nn.Flatten,
              nn.LocalResponseNorm, nn.Identity)
@@ -35,13 +43,22 @@ def supports(model: nn.Module) -> bool:
     return [id(p) for p in model.parameters()] == [id(p) for p in net.parameters()]
 
 
-def forward(model: nn.Module, params: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+# One step of an instance draws its masks of dropout layer j (in the model's order) at counter
+# step · DROPOUT_LAYERS + j.
+DROPOUT_LAYERS = 64
+
+
+def forward(model: nn.Module, params: Sequence[torch.Tensor], x: torch.Tensor,
+            dropout: tuple[torch.Tensor, int] | None = None) -> torch.Tensor:
     """Logits (m, b, classes) of m stacked models on inputs x of shape (m, b, ...).
     ``params`` are the model's parameters in ``model.parameters()`` order, each with a leading
-    client axis of size m. Train / eval behaviour (dropout) follows ``model.training``."""
+    client axis of size m. Train / eval behaviour (dropout) follows ``model.training``; in
+    training mode a model with dropout needs ``dropout`` = (the instances' stream keys (m,), the
+    local step)."""
     m, b = x.shape[:2]
     it = iter(params)
     h, kind = x, "input"                      # kind: input (m,b,...), conv (b,m*C,H,W), flat (m,b,F)
+    ordinal = 0
     for layer in model.net:
         if isinstance(layer, nn.Conv2d):
             if kind == "input":
@@ -69,11 +86,81 @@ def forward(model: nn.Module, params: Sequence[torch.Tensor], x: torch.Tensor) -
         elif isinstance(layer, nn.Flatten):
             h = _to_flat(h, kind, m, b)
             kind = "flat"
-        elif isinstance(layer, (nn.ReLU, nn.Dropout, nn.Dropout2d, nn.Identity)):
-            h = layer(h)  # elementwise, or per (sample, channel): the same on any layout
+        elif isinstance(layer, (nn.Dropout, nn.Dropout2d)):
+            if model.training and layer.p > 0:
+                if dropout is None:
+                    raise ValueError("a model with dropout in training mode needs the instances' stream keys")
+                keys, step = dropout
+                h = h * _stacked_mask(layer, kind, h, keys, step * DROPOUT_LAYERS + ordinal, m, b)
+            ordinal += 1
+        elif isinstance(layer, (nn.ReLU, nn.Identity)):
+            h = layer(h)  # elementwise: the same on any layout
         else:  # pragma: no cover - guarded by supports()
             raise TypeError(f"unsupported layer {type(layer).__name__}")
     return _to_flat(h, kind, m, b)
+
+
+def _scale(keep: torch.Tensor, p: float, dtype: torch.dtype) -> torch.Tensor:
+    """Inverted dropout: kept elements are scaled by 1 / (1 − p), as ``nn.Dropout`` does."""
+    return keep.to(dtype) * (1.0 / (1.0 - p))
+
+
+def _stacked_mask(layer, kind: str, h: torch.Tensor, keys: torch.Tensor, counter: int, m: int, b: int) -> torch.Tensor:
+    """The mask of m instances in the stack's layout, drawn in each instance's own layout."""
+    channelwise = isinstance(layer, nn.Dropout2d)
+    if kind == "conv":
+        _, mc, hh, ww = h.shape
+        shape = (b, mc // m) if channelwise else (b, mc // m, hh, ww)
+        keep = keep_mask(keys, counter, shape, layer.p)                     # (m, b, C[, H, W])
+        keep = keep.transpose(0, 1).reshape(b, mc, *((1, 1) if channelwise else (hh, ww)))
+        return _scale(keep, layer.p, h.dtype).contiguous(memory_format=_CL)
+    if channelwise:
+        raise ValueError("Dropout2d is only supported on convolutional activations")
+    return _scale(keep_mask(keys, counter, tuple(h.shape[1:]), layer.p), layer.p, h.dtype)
+
+
+class _KeyedDropout(nn.Module):
+    """A dropout layer of one instance that draws the masks :func:`forward` would give it."""
+
+    def __init__(self, layer: nn.Module, ordinal: int, state: dict):
+        super().__init__()
+        self.layer, self.ordinal, self.state = layer, ordinal, state
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.layer.p == 0:
+            return x
+        channelwise = isinstance(self.layer, nn.Dropout2d)
+        if channelwise and x.ndim != 4:
+            raise ValueError("Dropout2d is only supported on convolutional activations")
+        shape = tuple(x.shape[:2]) if channelwise else tuple(x.shape)
+        keys = torch.tensor([self.state["key"]], device=x.device)
+        keep = keep_mask(keys, self.state["step"] * DROPOUT_LAYERS + self.ordinal, shape, self.layer.p)[0]
+        if channelwise:
+            keep = keep.reshape(*shape, 1, 1)
+        return x * _scale(keep, self.layer.p, x.dtype)
+
+
+@contextmanager
+def keyed_dropout(model: nn.Module) -> Iterator[dict]:
+    """Within the block, the model's dropout layers draw from ``state["key"]`` at local step
+    ``state["step"]`` (set both in the yielded dict before each forward pass), with the masks
+    that :func:`forward` gives the same instance in a stack."""
+    state: dict = {"key": 0, "step": 0}
+    swapped = []
+    ordinal = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.modules.dropout._DropoutNd):
+                if not isinstance(child, (nn.Dropout, nn.Dropout2d)):
+                    raise TypeError(f"{type(child).__name__} is not supported; use nn.Dropout or nn.Dropout2d")
+                setattr(parent, name, _KeyedDropout(child, ordinal, state))
+                swapped.append((parent, name, child))
+                ordinal += 1
+    try:
+        yield state
+    finally:
+        for parent, name, child in swapped:
+            setattr(parent, name, child)
 
 
 def _max_pool(h: torch.Tensor, layer: nn.MaxPool2d) -> torch.Tensor:

@@ -10,12 +10,11 @@ import torch.nn.functional as F
 
 from fairfl import stacked
 from fairfl.errors import ConfigError, TrainingDivergedError
-from fairfl.client import (
-    LocalTraining, batch_plan, flat_params, mean_losses, predict, set_flat_params, train_clients,
-)
+from fairfl.client import LocalTraining, flat_params, mean_losses, predict, set_flat_params, train_clients
+from fairfl.engine import batch_plan
 from fairfl.models import MODELS, build_model
 from fairfl.partition import PartitionSpec, federate
-from fairfl.seeding import batch_generator as client_generator
+from fairfl.seeding import Stream
 
 
 def train_clients_batched(*args, **kwargs):
@@ -200,7 +199,7 @@ def test_batch_plan_covers_every_sample_each_epoch():
 
 
 def test_client_generator_is_a_function_of_seed_round_client():
-    draw = lambda *a: torch.randperm(50, generator=client_generator(*a))
+    draw = lambda *a: torch.randperm(50, generator=Stream(*a).generator())
     assert torch.equal(draw(0, 1, 2), draw(0, 1, 2))
     assert not torch.equal(draw(0, 1, 2), draw(0, 1, 3))
     assert not torch.equal(draw(0, 1, 2), draw(0, 2, 2))

@@ -15,7 +15,7 @@ from fairfl.algorithms.fedavg import FedAvg
 from fairfl.client import flat_params, set_flat_params, train_instances
 from fairfl.loop import load_checkpoint, simulate
 from fairfl.models import build_model
-from fairfl.seeding import batch_generator
+from fairfl.seeding import Stream
 
 SHARDS = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)}, model="mlp2",
                           partition=PartitionSpec("shards", num_clients=6, shards_per_client=1),
@@ -43,7 +43,7 @@ def test_personal_step_is_anchored_at_the_round_start_global_model():
     x, y = torch.randn(30, 4), torch.randint(0, 3, (30,))
     v0, w = flat_params(model) + 0.3, flat_params(model) - 0.2
     eta, lam = 0.1, 2.0
-    out = train_instances(model, v0.unsqueeze(0), [x], [y], [batch_generator(0, 0, 0)],
+    out = train_instances(model, v0.unsqueeze(0), [x], [y], [Stream(0, 0, 0)],
                           LocalTraining(steps=2, batch_size=None, lr=eta, prox_mu=lam), prox_centre=w).params[0]
     v = v0.clone()
     for _ in range(2):

@@ -23,6 +23,7 @@ GOLDEN = json.loads((Path(__file__).parent / "golden" / "histories_2392cdc.json"
 
 FM = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)},
                       partition=PartitionSpec("shards", num_clients=30, shards_per_client=2), model="cnn_fmnist",
+                      model_options={"dropout": False},
                       local=LocalTraining(epochs=1, batch_size=20, lr=0.05), rounds=3, clients_per_round=4,
                       eval_every=2, track_improved=True)
 MLP = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (6, 2, 0), "normalize": "per_feature"},

@@ -12,7 +12,8 @@ import fairfl.data.shakespeare
 import fairfl.data.shakespeare as shakespeare
 from fairfl.data import ArrayDataset, load_dataset
 from fairfl.errors import ConfigError, DatasetNotFoundError
-from fairfl.client import LocalTraining, can_batch, flat_params, set_flat_params, train_clients
+from fairfl.client import LocalTraining, flat_params, set_flat_params, train_clients
+from fairfl.engine import can_batch
 from fairfl.models import build_model, num_parameters
 from fairfl.partition import PartitionSpec, federate, natural, partition_indices
 from fairfl.data.shakespeare import LEAF_CHARACTERS, UNKNOWN, VOCAB_SIZE, decode, encode, parse_play

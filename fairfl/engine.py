@@ -1,0 +1,603 @@
+"""The engine of local training: it trains *instances* — one model copy on one client's data
+from one start (``fairfl.client`` explains what an instance is) — and fuses the instances of
+many calls, of one run or of many runs trained side by side, into one computation.
+
+A call of the client runtime becomes a :class:`Job`: its instances, their data (slices of a
+:class:`Pool`), their streams (batch order and dropout masks, ``fairfl.seeding.Stream``) and the
+local-training settings. :func:`execute` runs a list of jobs:
+
+* jobs whose instances can share a computation — same architecture, same batch shape and number
+  of steps, same kind of update (momentum, weight decay, proximal term on or off) — are fused:
+  their instances' parameters are stacked along one leading axis and every local step is one
+  forward and backward pass of the whole stack (``fairfl.stacked``'s grouped convolutions and
+  batched products, or ``torch.func.vmap``), with each instance's own learning rate, momentum,
+  weight decay and proximal weight. Instances with other sample counts take other steps, so
+  they form their own stacks; a stack too large for memory is cut along the instance axis.
+* any other job (a recurrent model, a config with ``batched=False``) runs on the reference path:
+  one ``nn.Module`` and one ``torch.optim.SGD`` per instance.
+
+An instance's arithmetic never depends on the other instances of its stack — the losses share no
+parameters, so the gradient of their sum is each instance's own gradient exactly, and its
+batches and dropout masks come from its own stream — so a run gives the same result trained
+alone or fused with other runs (tested bit for bit on the papers' models).
+
+:class:`Lockstep` is how runs come to share computations: each run of a group advances in its
+own thread, and a call of local training blocks until every other run of the group is blocked
+too (or finished); then all their jobs are executed together and every run goes on. The runs
+keep their own clients, algorithm state, checkpoints and cache entries.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from . import stacked as stacked_forward
+from .errors import ConfigError
+from .seeding import Stream
+
+
+# ----------------------------------------------------------------------------- devices
+
+def resolve_device(spec: str) -> torch.device:
+    """``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; a
+    CUDA device that this machine does not have is a ConfigError, raised before any training."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(spec)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"device={spec!r} is not a device; use 'auto', 'cpu', 'cuda' or 'cuda:N'") from None
+    if device.type == "cpu":
+        return device
+    if device.type != "cuda":
+        raise ConfigError(f"device={spec!r} is not supported; use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    if not torch.cuda.is_available():
+        raise ConfigError(f"device={spec!r}, but this machine has no CUDA device that torch can use "
+                          f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}); use device='cpu' or 'auto'")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"device={spec!r}, but this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
+
+
+# ----------------------------------------------------------------------------- data
+
+class Pool:
+    """The training data of many clients back to back on one device: client k's samples are
+    ``x[offsets[k]:offsets[k] + sizes[k]]``. A fused step gathers every instance's batch from a
+    pool in one indexing operation. Label columns of multi-task data (``labels(s)``) are kept
+    contiguous."""
+
+    def __init__(self, xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor], device: torch.device):
+        self.sizes = [len(y) for y in ys]
+        self.offsets = [0]
+        for n in self.sizes[:-1]:
+            self.offsets.append(self.offsets[-1] + n)
+        self.x = torch.cat(list(xs)).to(device) if len(xs) > 1 else xs[0].to(device)
+        self.y = torch.cat(list(ys)).to(device) if len(ys) > 1 else ys[0].to(device)
+        self._columns: dict[int, torch.Tensor] = {}
+
+    def labels(self, column: int | None) -> torch.Tensor:
+        if column is None or self.y.ndim == 1:
+            return self.y
+        if column not in self._columns:
+            self._columns[column] = self.y[:, column].contiguous()
+        return self._columns[column]
+
+    def source(self, k: int, column: int | None = None) -> "Source":
+        return Source(self.x, self.labels(column), self.offsets[k], self.sizes[k])
+
+
+@dataclass(frozen=True)
+class Source:
+    """One instance's training data: ``x[start:start + size]`` and its labels."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    start: int
+    size: int
+
+    @staticmethod
+    def of(x: torch.Tensor, y: torch.Tensor) -> "Source":
+        return Source(x, y, 0, len(y))
+
+    def data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[self.start:self.start + self.size], self.y[self.start:self.start + self.size]
+
+
+# ----------------------------------------------------------------------------- jobs
+
+def batch_plan(num_samples: int, local, generator: torch.Generator) -> list[torch.Tensor]:
+    """The index batches of one instance's local training (``local``: a
+    :class:`~fairfl.client.LocalTraining`): per epoch a fresh permutation cut into batches of
+    ``batch_size`` (the last one may be smaller; nothing is dropped), or with ``local.steps`` one
+    independent draw without replacement per step."""
+    b = local.batch_size or num_samples
+    if local.steps is not None:
+        if b >= num_samples:
+            return [torch.arange(num_samples)] * local.steps
+        return [torch.randperm(num_samples, generator=generator)[:b] for _ in range(local.steps)]
+    plan = []
+    for _ in range(local.epochs):
+        perm = torch.randperm(num_samples, generator=generator)
+        plan += list(perm.split(b))
+    return plan
+
+
+@dataclass
+class Trained:
+    """What a job gives back, one row per instance (on the job's device)."""
+
+    params: torch.Tensor                 # (m, d) the local models
+    grad_sum: torch.Tensor | None        # (m, d) Σ of the local loss's gradients at the iterates
+    loss_after: torch.Tensor | None      # (m,) mean training loss of each local model (eval mode)
+    first_grad: torch.Tensor | None = None   # (m, d) the gradient of the first step (at the start)
+
+
+@dataclass
+class Job:
+    """One call's instances: instance k starts at ``starts[k]`` (flat, ``parameters()`` order)
+    and trains on ``sources[k]`` with the batches and dropout masks of ``streams[k]``; the
+    proximal term of ``local.prox_mu`` pulls towards ``prox_centre`` (flat; None: each instance's
+    start). ``model`` is only a template of the architecture."""
+
+    model: nn.Module
+    starts: torch.Tensor
+    sources: Sequence[Source]
+    streams: Sequence[Stream]
+    local: Any
+    prox_centre: torch.Tensor | None = None
+    batched: bool = True
+    loss_after: bool = False
+    sum_gradients: bool = False
+    first_gradient: bool = False
+    plans: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # drawn here, in the calling run's thread: a pure function of the instance's stream
+        self.plans = [batch_plan(s.size, self.local, st.generator()) for s, st in zip(self.sources, self.streams)]
+
+
+# Modules whose forward torch.func.vmap cannot batch: aten::lstm / gru / rnn have no batching
+# rule and no fallback ("Batching rule not implemented for aten::lstm.input", torch 2.x).
+_NOT_VMAPPABLE = (nn.RNNBase,)
+
+
+def can_batch(model: nn.Module) -> bool:
+    """Whether copies of ``model`` can train as one stack: the fused kernels of
+    ``fairfl.stacked``, or vmap for a model without recurrent layers and without dropout (vmap's
+    dropout would draw from torch's global generator, shared by every instance of the stack)."""
+    if stacked_forward.supports(model):
+        return True
+    return not any(isinstance(m, _NOT_VMAPPABLE) or (isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
+                   for m in model.modules())
+
+
+_SIGNATURES: dict[int, tuple[nn.Module, tuple]] = {}
+
+
+def _signature(model: nn.Module) -> tuple:
+    """What must match for two templates to share a stack: the architecture (its printed form,
+    which names every layer and its settings) and the parameters' shapes."""
+    hit = _SIGNATURES.get(id(model))
+    if hit is None or hit[0] is not model:
+        if len(_SIGNATURES) > 256:
+            _SIGNATURES.clear()
+        hit = (model, (type(model).__qualname__, repr(model), tuple(tuple(p.shape) for p in model.parameters())))
+        _SIGNATURES[id(model)] = hit
+    return hit[1]
+
+
+def _fusion_key(job: Job) -> tuple:
+    c = job.local
+    return (_signature(job.model), c.epochs if c.steps is None else None, c.batch_size, c.steps, bool(c.momentum),
+            bool(c.weight_decay), bool(c.prox_mu), job.loss_after, job.sum_gradients, job.first_gradient,
+            job.starts.device, job.starts.dtype)
+
+
+def execute(jobs: Sequence[Job]) -> list[Trained | BaseException]:
+    """Run the jobs, fusing those that can share a computation; one result (or the exception
+    that stopped it) per job, in order."""
+    out: list[Trained | BaseException | None] = [None] * len(jobs)
+    fused: dict[tuple, list[int]] = {}
+    for j, job in enumerate(jobs):
+        if len(job.starts) == 0:
+            d = job.starts.shape[1] if job.starts.ndim == 2 else 0
+            empty = job.starts.new_zeros(0, d)
+            out[j] = Trained(empty, empty if job.sum_gradients else None,
+                             job.starts.new_zeros(0) if job.loss_after else None, empty if job.first_gradient else None)
+        elif job.batched and can_batch(job.model):
+            fused.setdefault(_fusion_key(job), []).append(j)
+        else:
+            out[j] = _guard(_train_sequential, job)
+    for members in fused.values():
+        results = _guard(_train_fused, [jobs[j] for j in members])
+        for i, j in enumerate(members):
+            out[j] = results if isinstance(results, BaseException) else results[i]
+    return out
+
+
+def _guard(fn, *args):
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - handed to the job's run, which raises it
+        return e
+
+
+# ----------------------------------------------------------------------------- the reference path
+
+def _unflatten(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """(m, d) -> per parameter (m, *shape) (or (d,) -> per parameter (*shape))."""
+    out, i = [], 0
+    for p in like:
+        part = flat[..., i:i + p.numel()]
+        out.append(part.reshape(*flat.shape[:-1], *p.shape).clone())
+        i += p.numel()
+    return out
+
+
+def _flatten(tensors: Sequence[torch.Tensor], m: int) -> torch.Tensor:
+    return torch.cat([t.reshape(m, -1) for t in tensors], dim=1)
+
+
+@torch.no_grad()
+def _set(model: nn.Module, flat: torch.Tensor) -> None:
+    i = 0
+    for p in model.parameters():
+        p.copy_(flat[i:i + p.numel()].view_as(p))
+        i += p.numel()
+
+
+def _train_sequential(job: Job) -> Trained:
+    """One instance after another, each an ``nn.Module`` with ``torch.optim.SGD``; dropout draws
+    the masks of the instance's stream (``fairfl.stacked.keyed_dropout``)."""
+    model, cfg = job.model, job.local
+    saved = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+    params, sums, after, firsts = [], [], [], []
+    try:
+        with stacked_forward.keyed_dropout(model) as dropout:
+            for k, (source, stream, plan) in enumerate(zip(job.sources, job.streams, job.plans)):
+                _set(model, job.starts[k])
+                centre = ([t.detach().clone() for t in model.parameters()] if job.prox_centre is None
+                          else _unflatten(job.prox_centre, list(model.parameters())))
+                model.train()
+                opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+                acc = [torch.zeros_like(p) for p in model.parameters()] if job.sum_gradients else None
+                x, y = source.data()
+                dropout["key"] = stream.key
+                for step, idx in enumerate(plan):
+                    dropout["step"] = step
+                    idx = idx.to(x.device)
+                    opt.zero_grad(set_to_none=True)
+                    loss = F.cross_entropy(model(x[idx]), y[idx])
+                    if cfg.prox_mu:
+                        loss = loss + cfg.prox_mu / 2 * sum(((p - g) ** 2).sum() for p, g in zip(model.parameters(), centre))
+                    loss.backward()
+                    if acc is not None:
+                        for a, p in zip(acc, model.parameters()):
+                            a.add_(p.grad)
+                    if job.first_gradient and step == 0:
+                        firsts.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
+                    opt.step()
+                if job.loss_after:
+                    model.eval()
+                    with torch.no_grad():
+                        after.append(_sequential_loss(model, x, y))
+                    model.train()
+                params.append(torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone())
+                if acc is not None:
+                    sums.append(torch.cat([a.reshape(-1) for a in acc]))
+    finally:
+        _set(model, saved)
+    return Trained(torch.stack(params), torch.stack(sums) if job.sum_gradients else None,
+                   torch.stack(after) if job.loss_after else None, torch.stack(firsts) if job.first_gradient else None)
+
+
+def _sequential_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    total = sum(F.cross_entropy(model(x[i:i + LOSS_CHUNK]), y[i:i + LOSS_CHUNK], reduction="sum")
+                for i in range(0, len(y), LOSS_CHUNK))
+    return total / len(y)
+
+
+# ----------------------------------------------------------------------------- the fused path
+
+# Memory of one fused step: the instance axis is cut so that a chunk's activations (estimated from
+# one sample's forward pass, ×3 for the backward pass) stay below this many floats.
+FUSED_FLOATS = {"cpu": 2 ** 26, "cuda": 2 ** 28}
+# A loss over an instance's whole training data is summed in chunks of this many samples: a fixed
+# number, so that the sum, and hence the result, does not depend on how many instances share it.
+LOSS_CHUNK = 512
+
+_ACTIVATIONS: dict[tuple, int] = {}
+
+
+def _floats_per_sample(model: nn.Module, x: torch.Tensor, signature: tuple) -> int:
+    """Floats of one sample's activations through ``model.net`` (its input included)."""
+    x_shape = tuple(x.shape[1:])
+    key = (signature, x_shape, x.dtype)
+    if key not in _ACTIVATIONS:
+        total = int(torch.Size(x_shape).numel())
+        net = getattr(model, "net", None)
+        if isinstance(net, nn.Sequential):
+            was = model.training
+            model.eval()
+            with torch.no_grad():
+                h = torch.zeros(1, *x_shape, dtype=x.dtype, device=x.device)
+                for layer in net:
+                    h = layer(h)
+                    total += h.numel()
+            model.train(was)
+        else:
+            total *= 16        # an unknown architecture: a generous guess
+        _ACTIVATIONS[key] = total
+    return _ACTIVATIONS[key]
+
+
+def _chunks(rows: list, per_row: int, device: torch.device) -> list[list]:
+    budget = FUSED_FLOATS["cuda" if device.type == "cuda" else "cpu"]
+    size = max(1, budget // max(1, 3 * per_row))
+    return [rows[i:i + size] for i in range(0, len(rows), size)]
+
+
+@dataclass
+class _Row:
+    job: int
+    k: int
+    source: Source
+    stream: Stream
+    plan: list
+
+
+def _train_fused(jobs: Sequence[Job]) -> list[Trained]:
+    """Jobs with one fusion key: their instances, grouped by sample count (which fixes the batch
+    sizes of every step), train as stacks."""
+    first = jobs[0]
+    model, cfg = first.model, first.local
+    names = [n for n, _ in model.named_parameters()]
+    template = list(model.parameters())
+    device, dtype = first.starts.device, first.starts.dtype
+    results = []
+    for job in jobs:
+        m = len(job.starts)
+        results.append(Trained(torch.empty_like(job.starts), torch.empty_like(job.starts) if job.sum_gradients else None,
+                               torch.empty(m, device=device) if job.loss_after else None,
+                               torch.empty_like(job.starts) if job.first_gradient else None))
+    by_size: dict[int, list[_Row]] = {}
+    for j, job in enumerate(jobs):
+        for k in range(len(job.starts)):
+            by_size.setdefault(job.sources[k].size, []).append(_Row(j, k, job.sources[k], job.streams[k], job.plans[k]))
+    signature = _signature(model)
+    was_training = model.training
+    try:
+        for n, rows in by_size.items():
+            rows.sort(key=lambda r: (id(r.source.x), id(r.source.y)))     # one gather per data pool
+            batch = len(rows[0].plan[0]) if rows[0].plan else n
+            per_row = batch * _floats_per_sample(model, rows[0].source.x, signature)
+            for chunk in _chunks(rows, per_row, device):
+                m = len(chunk)
+                starts = torch.stack([jobs[r.job].starts[r.k] for r in chunk])
+                centres = torch.stack([starts[i] if jobs[r.job].prox_centre is None else jobs[r.job].prox_centre
+                                       for i, r in enumerate(chunk)])
+                hyper = {name: torch.tensor([getattr(jobs[r.job].local, name) for r in chunk], dtype=dtype, device=device)
+                         for name in ("lr", "momentum", "weight_decay")}
+                hyper["half_mu"] = torch.tensor([jobs[r.job].local.prox_mu / 2 for r in chunk], dtype=dtype, device=device)
+                keys = torch.tensor([r.stream.key for r in chunk], dtype=torch.int64, device=device)
+                gather = _Gather(chunk, device)
+                flags = jobs[chunk[0].job]
+                w, acc, grad0 = _sgd_stack(model, names, _unflatten(starts, template), _unflatten(centres, template),
+                                           gather, len(chunk[0].plan), keys, hyper, cfg, flags.sum_gradients,
+                                           flags.first_gradient)
+                params = _flatten(w, m)
+                sums = _flatten(acc, m) if acc is not None else None
+                firsts = _flatten(grad0, m) if grad0 is not None else None
+                after = _stacked_training_losses(model, names, w, gather) if flags.loss_after else None
+                for i, r in enumerate(chunk):
+                    out = results[r.job]
+                    out.params[r.k] = params[i]
+                    if sums is not None:
+                        out.grad_sum[r.k] = sums[i]
+                    if firsts is not None:
+                        out.first_grad[r.k] = firsts[i]
+                    if after is not None:
+                        out.loss_after[r.k] = after[i]
+    finally:
+        model.train(was_training)
+    return results
+
+
+class _Gather:
+    """The samples of a chunk's instances: per step, each instance's batch, gathered from its
+    data pool in one indexing operation per pool."""
+
+    def __init__(self, rows: Sequence[_Row], device: torch.device):
+        self.rows = rows
+        self.device = device
+        self.groups: list[tuple[torch.Tensor, torch.Tensor, slice, torch.Tensor]] = []   # (x, y, rows, offsets)
+        i = 0
+        while i < len(rows):
+            j = i
+            while j < len(rows) and rows[j].source.x is rows[i].source.x and rows[j].source.y is rows[i].source.y:
+                j += 1
+            offsets = torch.tensor([r.source.start for r in rows[i:j]], device=device)[:, None]
+            self.groups.append((rows[i].source.x, rows[i].source.y, slice(i, j), offsets))
+            i = j
+        # every step's batch indices, all instances, moved to the device at once
+        self.steps = len(rows[0].plan)
+        self.sizes = [len(b) for b in rows[0].plan]
+        self.plan = (torch.stack([torch.cat(r.plan) for r in rows]).to(device) if self.steps
+                     else torch.empty(len(rows), 0, dtype=torch.long, device=device))
+        self.bounds = [0]
+        for s in self.sizes:
+            self.bounds.append(self.bounds[-1] + s)
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = self.plan[:, self.bounds[step]:self.bounds[step + 1]]
+        return self.take(idx)
+
+    def take(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(m, b) indices into each instance's data -> its samples (m, b, ...) and labels (m, b)."""
+        xs, ys = [], []
+        for x, y, rows, offsets in self.groups:
+            g = idx[rows] + offsets
+            xs.append(x[g])
+            ys.append(y[g])
+        if len(xs) == 1:
+            return xs[0], ys[0]
+        return torch.cat(xs), torch.cat(ys)
+
+    @property
+    def size(self) -> int:
+        return self.rows[0].source.size
+
+
+def _stacked_losses(model, names, stacked: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                    dropout: tuple[torch.Tensor, int] | None = None, reduction: str = "mean") -> torch.Tensor:
+    """Per-instance losses (mean, or sum with ``reduction="sum"``) of stacked models on (m, b, ...)
+    inputs: fused kernels for the papers' Sequential models (``fairfl.stacked``),
+    ``torch.func.vmap`` for any other model (which then has no dropout, :func:`can_batch`)."""
+    if stacked_forward.supports(model):
+        logits = stacked_forward.forward(model, stacked, x, dropout)
+    else:
+        def one(params, xb):
+            return functional_call(model, dict(zip(names, params)), (xb,))
+        logits = torch.func.vmap(one, randomness="error")(stacked, x)   # (m, b, classes)
+    m, b = y.shape
+    per_sample = F.cross_entropy(logits.reshape(m * b, -1), y.reshape(-1), reduction="none").reshape(m, b)
+    return per_sample.sum(1) if reduction == "sum" else per_sample.mean(1)
+
+
+@torch.no_grad()
+def _stacked_training_losses(model, names, w: list[torch.Tensor], gather: _Gather) -> torch.Tensor:
+    """Each local model's mean loss on its own training data, eval mode."""
+    model.eval()
+    n = gather.size
+    total = torch.zeros(len(gather.rows), device=gather.device)
+    for i in range(0, n, LOSS_CHUNK):
+        idx = torch.arange(i, min(n, i + LOSS_CHUNK), device=gather.device).expand(len(gather.rows), -1)
+        x, y = gather.take(idx)
+        total += _stacked_losses(model, names, w, x, y, reduction="sum")
+    model.train()
+    return total / n
+
+
+def _view(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A per-instance scalar (m,) shaped to broadcast against a stacked tensor (m, ...)."""
+    return v.reshape(-1, *([1] * (like.ndim - 1)))
+
+
+def _sgd_stack(model, names, w, centre, gather: _Gather, steps: int, keys: torch.Tensor, hyper: dict, cfg,
+               sum_gradients: bool, first_gradient: bool):
+    """SGD on a stack of instances: ``torch.optim.SGD``'s update rule (dampening 0, no Nesterov)
+    with each instance's own learning rate, momentum, weight decay and proximal weight."""
+    bufs = [torch.zeros_like(t) for t in w] if cfg.momentum else None
+    acc = [torch.zeros_like(t) for t in w] if sum_gradients else None
+    first = None
+    model.train()
+    for step in range(steps):
+        x, y = gather.batch(step)
+        leaves = [t.requires_grad_() for t in w]
+        loss = _stacked_losses(model, names, leaves, x, y, (keys, step)).sum()
+        if cfg.prox_mu:     # (μₖ/2)·‖wₖ − centreₖ‖² for every instance k
+            per = sum(((t - g) ** 2).reshape(len(t), -1).sum(1) for t, g in zip(leaves, centre))
+            loss = loss + (hyper["half_mu"] * per).sum()
+        grads = torch.autograd.grad(loss, leaves)
+        if first_gradient and step == 0:
+            first = grads
+        with torch.no_grad():
+            new_w = []
+            for i, (t, g) in enumerate(zip(leaves, grads)):
+                if acc is not None:
+                    acc[i].add_(g)
+                if cfg.weight_decay:
+                    g = g + _view(hyper["weight_decay"], t) * t
+                if bufs is not None:
+                    bufs[i] = g.clone() if step == 0 else bufs[i].mul_(_view(hyper["momentum"], t)).add_(g)
+                    g = bufs[i]
+                new_w.append(t.detach() - _view(hyper["lr"], t) * g)
+        w = new_w
+    return w, acc, first
+
+
+# ----------------------------------------------------------------------------- how runs share the engine
+
+class Immediate:
+    """A lone run's trainer: each job runs at once."""
+
+    def __call__(self, job: Job) -> Trained:
+        (result,) = execute([job])
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+
+class Lockstep:
+    """The trainer of a group of runs, each in its own thread: a job waits until every run of the
+    group that has not finished is waiting too, then all waiting jobs run together
+    (:func:`execute`). The run whose call completes the group executes them; the others sleep.
+    ``enter()`` once per run before any run starts, ``leave()`` when a run ends (however it ends)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._active = 0
+        self._waiting: list[tuple[Job, dict]] = []
+        self.aborted: BaseException | None = None
+        self.flushes = 0            # how many fused executions (for the benchmark's report)
+
+    def enter(self) -> None:
+        with self._cond:
+            self._active += 1
+
+    def leave(self) -> None:
+        with self._cond:
+            self._active -= 1
+            batch = self._take()
+        self._run(batch)
+
+    def abort(self, error: BaseException) -> None:
+        """Make every waiting and future job of the group raise ``error`` (an interrupt)."""
+        with self._cond:
+            self.aborted = error
+            for _, slot in self._waiting:
+                slot["result"] = error
+            self._waiting = []
+            self._cond.notify_all()
+
+    def _take(self) -> list[tuple[Job, dict]]:
+        if self._waiting and len(self._waiting) >= self._active:
+            batch, self._waiting = self._waiting, []
+            return batch
+        return []
+
+    def _run(self, batch: list[tuple[Job, dict]]) -> None:
+        if not batch:
+            return
+        results = execute([job for job, _ in batch])
+        with self._cond:
+            self.flushes += 1
+            for (_, slot), result in zip(batch, results):
+                slot["result"] = result
+            self._cond.notify_all()
+
+    def __call__(self, job: Job) -> Trained:
+        slot: dict = {}
+        with self._cond:
+            if self.aborted is not None:
+                raise self.aborted
+            self._waiting.append((job, slot))
+            batch = self._take()
+        self._run(batch)
+        with self._cond:
+            while "result" not in slot:
+                self._cond.wait()
+        result = slot["result"]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+
+Trainer = Callable[[Job], Trained]

@@ -1,0 +1,62 @@
+"""The engine on a CUDA device (skipped on machines without one, CI included): a run on the GPU
+agrees with the CPU run to float tolerance (the device's type is in the cache key because the
+summation orders differ), a lockstep group on the GPU equals its runs alone there bit for bit,
+dropout masks are the same on both devices (integer hashing), and checkpoints hold CPU tensors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fairfl.algorithms.dqnfed import DQNFed
+from fairfl.algorithms.fedavg import FedAvg
+from fairfl.algorithms.fedmgda import FedMGDAPlus
+from fairfl.loop import CHECKPOINT, simulate, simulate_group
+from fairfl.seeding import Stream, keep_mask
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+
+from test_engine import ADULT, CNN, MLP, state  # noqa: E402  (the engine tests' small configs)
+
+
+def test_dropout_masks_are_the_same_on_cpu_and_gpu():
+    keys = torch.tensor([Stream(s, 0, c).key for s in range(3) for c in range(4)])
+    for counter in (0, 7, 2**20):
+        cpu = keep_mask(keys, counter, (50, 64), 0.5)
+        gpu = keep_mask(keys.cuda(), counter, (50, 64), 0.5)
+        assert torch.equal(cpu, gpu.cpu())
+
+
+@pytest.mark.parametrize("config", [CNN.replace(algorithm=FedMGDAPlus(eps=0.1)),
+                                    MLP.replace(algorithm=DQNFed()),
+                                    ADULT.replace(algorithm=FedAvg())], ids=["cnn", "mlp_dqnfed", "adult"])
+def test_a_run_on_the_gpu_agrees_with_the_cpu_to_float_tolerance(fmnist, config):
+    cpu = simulate(config, progress=False)
+    gpu = simulate(config.replace(device="cuda"), progress=False)
+    np.testing.assert_allclose(gpu.mean_acc(), cpu.mean_acc(), atol=2e-3)
+    np.testing.assert_allclose(gpu.test_loss[-1], cpu.test_loss[-1], rtol=1e-3, atol=1e-4)
+
+
+def test_a_group_on_the_gpu_equals_its_runs_alone_there(fmnist, tmp_path):
+    configs = [CNN.replace(algorithm=FedAvg(), device="cuda"),
+               CNN.replace(algorithm=FedMGDAPlus(eps=0.1), device="cuda", seed=1),
+               MLP.replace(algorithm=DQNFed(), device="cuda")]
+    alone = [state(simulate(c, progress=False)) for c in configs]
+    dirs = [tmp_path / str(i) for i in range(len(configs))]
+    simulate_group(configs, dirs, progress=False, stop_after=1)
+    for d in dirs:                           # checkpoints are written as CPU tensors
+        blob = torch.load(d / CHECKPOINT, weights_only=True)
+        assert all(t.device.type == "cpu" for t in tensors(blob)), d
+    together = simulate_group(configs, dirs, progress=False)      # resumed from them
+    assert [state(h) for h in together] == alone
+
+
+def tensors(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from tensors(v)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from tensors(v)

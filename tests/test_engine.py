@@ -1,0 +1,200 @@
+"""The run-batched engine (``fairfl.engine``): runs trained side by side in one lockstep group
+give exactly the histories they give alone — every algorithm family, dropout, attacks, FMOL's
+per-objective steps, DQN-Fed's client hook, Ditto's personal models, clients of unequal size,
+the reference path mixed in, checkpoint and resume — and their local training really is fused.
+Dropout masks come from each client's stream: the same in a stack and on the reference path.
+And the device setting: named errors for devices that do not exist, the device's type in the key."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import fairfl.engine as engine
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec, stacked
+from fairfl.algorithms.afl import AFL
+from fairfl.algorithms.ditto import Ditto
+from fairfl.algorithms.dqnfed import DQNFed
+from fairfl.algorithms.fedavg import FedAvg, FedProx
+from fairfl.algorithms.fedfv import FedFV
+from fairfl.algorithms.fedmgda import FedMGDAPlus
+from fairfl.algorithms.fmgda import FMGDA
+from fairfl.algorithms.qffl import QFedAvg
+from fairfl.algorithms.term import TERM
+from fairfl.errors import ConfigError
+from fairfl.loop import load_checkpoint, simulate, simulate_group
+from fairfl.models import build_model
+from fairfl.paper import fmol_config
+from fairfl.seeding import Stream, keep_mask
+
+CNN = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)},
+                       partition=PartitionSpec("shards", num_clients=20, shards_per_client=2), model="cnn_fmnist",
+                       local=LocalTraining(epochs=1, batch_size=20, lr=0.05), rounds=2, clients_per_round=3,
+                       eval_every=1, track_improved=True, checkpoint_every=1)
+MLP = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (6, 2, 0), "normalize": "per_feature"},
+                       model="mlp2", partition=PartitionSpec("one_class", num_clients=3, classes=(0, 1, 2), split=None),
+                       local=LocalTraining(epochs=1, batch_size=None, lr=0.1), rounds=3, participation=1.0,
+                       eval_every=1, track_improved=True, checkpoint_every=1)
+ADULT = ExperimentConfig(dataset="adult", model="logreg",
+                         partition=PartitionSpec("attribute", num_clients=2, attribute_values=(0, 1), split=None),
+                         local=LocalTraining(epochs=1, batch_size=200, lr=0.01), rounds=2, clients_per_round=2,
+                         eval_every=1, track_improved=False, checkpoint_every=1)
+BIAS = ({"kind": "bias", "client": 1, "bias": 1000.0, "target": "total"},)
+
+GROUP = {
+    # the CNN with dropout: several learning rates, momentum, proximal weights, an attack, in one stack
+    "cnn_fedavg": CNN.replace(algorithm=FedAvg()),
+    "cnn_fedavg_other_lr": CNN.replace(algorithm=FedAvg(), local=LocalTraining(epochs=1, batch_size=20, lr=0.02), seed=1),
+    "cnn_fedprox_momentum": CNN.replace(algorithm=FedProx(mu=0.5), local=LocalTraining(epochs=1, batch_size=20, lr=0.05,
+                                                                                        momentum=0.5, weight_decay=1e-3)),
+    "cnn_fedprox_other_mu": CNN.replace(algorithm=FedProx(mu=0.05), local=LocalTraining(epochs=1, batch_size=20, lr=0.05,
+                                                                                         momentum=0.9, weight_decay=1e-4)),
+    "cnn_fedmgda_plus": CNN.replace(algorithm=FedMGDAPlus(eps=0.1, server_lr=1.0, decay=0.1), seed=2),
+    "cnn_scaling_attack": CNN.replace(algorithm=FedAvg(), attacks=({"kind": "scaling", "client": 3, "factor": 10.0},)),
+    "cnn_sequential": CNN.replace(algorithm=FedAvg(), batched=False),
+    # three clients of an MLP, full batch: the client hook of DQN-Fed, Ditto's personal models
+    "mlp_dqnfed": MLP.replace(algorithm=DQNFed(), local=LocalTraining(epochs=2, batch_size=None, lr=0.1)),
+    "mlp_dqnfed_alg1": MLP.replace(algorithm=DQNFed(step="algorithm1", server_lr=0.1, decay=0.1)),
+    "mlp_fedfv": MLP.replace(algorithm=FedFV(alpha=1 / 3, order="random"), seed=2),
+    "mlp_term": MLP.replace(algorithm=TERM(t=1.0)),
+    "mlp_ditto": MLP.replace(algorithm=Ditto(lam=1.0)),
+    "mlp_afl": MLP.replace(algorithm=AFL(lr_lambda=0.5)),
+    # Adult: two clients of unequal size, an attack, one client only
+    "adult_qfedavg_bias": ADULT.replace(algorithm=QFedAvg(q=5.0, L=0.1), attacks=BIAS),
+    "adult_afl": ADULT.replace(algorithm=AFL(lr_lambda=0.5), seed=1),
+    "adult_phd_only": ADULT.replace(algorithm=FedAvg(), eligible_clients=(1,), clients_per_round=1),
+    # FMOL: per-objective local steps (full batch and minibatch) on a multi-task model
+    "fmol_fmgda": fmol_config(K=2, n=32, clients=3, rounds=2),
+    "fmol_fsmgda": fmol_config(K=2, b=8, n=32, clients=3, rounds=2, seed=1),
+}
+
+
+def state(h) -> str:
+    """Everything a run recorded but its wall-clock times, as text (NaN equals NaN)."""
+    s = h.to_state()
+    s.pop("round_time")
+    return json.dumps(s, sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def alone(fmnist):
+    return {name: state(simulate(c, progress=False)) for name, c in GROUP.items()}
+
+
+@pytest.mark.slow
+def test_every_run_of_a_group_gives_its_result_alone_bit_for_bit(alone, monkeypatch):
+    calls = []
+    real = engine.execute
+
+    def counting(jobs):                   # the real engine, counted
+        calls.append(len(jobs))
+        return real(jobs)
+    monkeypatch.setattr(engine, "execute", counting)
+    names = list(GROUP)
+    results = simulate_group([GROUP[n] for n in names], progress=False)
+    for name, h in zip(names, results):
+        assert not isinstance(h, BaseException), f"{name}: {h!r}"
+        assert state(h) == alone[name], name
+    assert max(calls) > 1, "no two runs' jobs were ever executed together"
+    assert sum(calls) >= 2 * len(calls), f"runs were fused too rarely: {calls}"
+
+
+@pytest.mark.slow
+def test_a_group_stopped_and_resumed_gives_the_uninterrupted_result(alone, tmp_path):
+    names = ["cnn_fedavg", "cnn_fedprox_momentum", "mlp_ditto", "mlp_dqnfed", "adult_qfedavg_bias", "fmol_fsmgda"]
+    configs = [GROUP[n] for n in names]
+    dirs = [tmp_path / n for n in names]
+    first = simulate_group(configs, dirs, progress=False, stop_after=1)
+    assert all(h.rounds_done == 1 for h in first)
+    assert all(load_checkpoint(d, c).round == 1 for d, c in zip(dirs, configs))
+    resumed = simulate_group(configs, dirs, progress=False)
+    for name, h in zip(names, resumed):
+        assert state(h) == alone[name], name
+
+
+def test_a_failing_run_does_not_stop_its_group(fmnist):
+    bad = CNN.replace(local=LocalTraining(epochs=1, batch_size=20, lr=1e30), rounds=2)    # diverges in round 0
+    good = CNN.replace(algorithm=FedAvg(), rounds=1)
+    results = simulate_group([bad, good], progress=False)
+    assert type(results[0]).__name__ == "TrainingDivergedError"
+    assert state(results[1]) == state(simulate(good, progress=False))
+
+
+# ----------------------------------------------------------------------------- dropout
+
+def test_dropout_keeps_each_element_with_probability_one_minus_p():
+    keys = torch.tensor([Stream(0, 0, k).key for k in range(64)])
+    for p in (0.25, 0.5):
+        mask = keep_mask(keys, 7, (100, 50), p)
+        n = mask.numel()
+        assert abs(mask.float().mean().item() - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5
+    a, b = keep_mask(keys, 7, (100, 50), 0.5).float(), keep_mask(keys, 8, (100, 50), 0.5).float()
+    assert abs((a == b).float().mean().item() - 0.5) < 0.01           # another step: independent masks
+    flat = a.reshape(64, -1) - 0.5
+    assert abs((flat[:, 1:] * flat[:, :-1]).mean().item()) < 0.01     # neighbours uncorrelated
+    assert abs((flat[1:] * flat[:-1]).mean().item()) < 0.01           # clients uncorrelated
+
+
+def test_an_instances_masks_do_not_depend_on_its_stack():
+    keys = torch.tensor([Stream(3, 1, k).key for k in (4, 9, 2)])
+    stack = keep_mask(keys, 5, (10, 20, 4, 4), 0.5)
+    for i in range(3):
+        assert torch.equal(keep_mask(keys[i:i + 1], 5, (10, 20, 4, 4), 0.5)[0], stack[i])
+
+
+def test_the_reference_path_draws_the_stacks_dropout_masks(fmnist):
+    """The fused forward of three CNN copies in training mode and one ``nn.Module`` per copy with
+    the stream's masks agree to float tolerance — with masks drawn differently they would differ
+    by the size of the activations."""
+    model = build_model("cnn_fmnist", (1, 28, 28), 10, seed=0)
+    model.train()
+    x = fmnist.x_train[:30].reshape(3, 10, 1, 28, 28)
+    params = [torch.stack([p.detach() + 0.01 * k for k in range(3)]) for p in model.parameters()]
+    keys = torch.tensor([Stream(0, 2, k).key for k in range(3)])
+    fused = stacked.forward(model, params, x, (keys, 4))
+    with stacked.keyed_dropout(model) as dropout:
+        for k in range(3):
+            with torch.no_grad():
+                for p, stackp in zip(model.parameters(), params):
+                    p.copy_(stackp[k])
+            dropout["key"], dropout["step"] = int(keys[k]), 4
+            single = model(x[k])
+            torch.testing.assert_close(single, fused[k], rtol=1e-4, atol=1e-5)
+    assert any(isinstance(m, torch.nn.Dropout2d) for m in model.modules())     # the swap was undone
+
+
+def test_dropout_makes_training_mode_differ_and_eval_mode_not(fmnist):
+    model = build_model("cnn_fmnist", (1, 28, 28), 10, seed=0)
+    params = [p.detach().unsqueeze(0) for p in model.parameters()]
+    x = fmnist.x_train[:10].unsqueeze(0)
+    keys = torch.tensor([Stream(0, 0, 0).key])
+    model.train()
+    assert not torch.equal(stacked.forward(model, params, x, (keys, 0)), stacked.forward(model, params, x, (keys, 1)))
+    with pytest.raises(ValueError, match="stream keys"):
+        stacked.forward(model, params, x)
+    model.eval()
+    assert torch.equal(stacked.forward(model, params, x), stacked.forward(model, params, x, (keys, 3)))
+
+
+# ----------------------------------------------------------------------------- devices
+
+def test_device_settings_are_checked_and_keyed():
+    assert ExperimentConfig(device="auto").device == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert ExperimentConfig(device="CUDA:1").device == "cuda:1"
+    for bad in ("gpu", "cuda:x", "cpu:0", "", 3):
+        with pytest.raises(ConfigError, match="device"):
+            ExperimentConfig(device=bad)
+    base = ExperimentConfig()
+    assert base.replace(device="cuda:0").key() == base.replace(device="cuda:1").key() == base.replace(device="cuda").key()
+    assert base.replace(device="cuda").key() != base.key()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_without_a_gpu_fails_before_any_data_is_read(monkeypatch):
+    import fairfl.loop as loop
+    monkeypatch.setattr(loop, "federated_data", lambda *a, **k: pytest.fail("data was read"))
+    with pytest.raises(ConfigError, match=r"device='cuda', but this machine has no CUDA device"):
+        simulate(MLP.replace(device="cuda"), progress=False)
+    with pytest.raises(ConfigError, match=r"device='cuda:1'"):
+        simulate_group([MLP, MLP.replace(device="cuda:1")], progress=False)
