@@ -61,6 +61,8 @@ def _cmd_run(args) -> int:
             raise ConfigError(f"--set takes KEY=VALUE (e.g. local.lr=0.1), got {item!r}")
         k, v = item.split("=", 1)
         _set(base, k, _parse_value(v))
+    if args.device:
+        base["device"] = args.device
     cfg = ExperimentConfig.from_dict(base).validate()
     t0 = time.time()
     h = run(cfg, cache=not args.no_cache)
@@ -94,6 +96,12 @@ def _cmd_reproduce(args) -> int:
     from .claims import summary
     from .paths import outputs_root
 
+    if args.device:          # checked now, then handed to the kernels (fairfl.notebook.start reads it)
+        from .config import ExperimentConfig
+        from .engine import resolve_device
+        device = ExperimentConfig(device=args.device).device
+        resolve_device(device)
+        os.environ["FAIRFL_DEVICE"] = device
     out_dir = Path(args.output or outputs_root()) / args.profile
     out_dir.mkdir(parents=True, exist_ok=True)
     failures = 0
@@ -143,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="override a field, dotted for nested ones: --set algorithm=fedavg_n "
                         "--set algorithm.decay=0.1 --set local.lr=0.1")
     r.add_argument("--no-cache", action="store_true", help="train even if a cached result exists")
+    r.add_argument("--device", help="'auto', 'cpu', 'cuda' or 'cuda:N' (default: the config's, else cpu)")
     r.set_defaults(fn=_cmd_run)
 
     rp = sub.add_parser("reproduce", help="execute notebooks with papermill; figures go to figures/")
@@ -150,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--profile", choices=PROFILES, default="quick")
     rp.add_argument("--output", help="folder for executed notebooks (default: outputs/)")
     rp.add_argument("--kernel", default="python3")
+    rp.add_argument("--device", help="'auto', 'cpu', 'cuda' or 'cuda:N' for every run of the notebooks (default: cpu)")
     rp.set_defaults(fn=_cmd_reproduce)
 
     ls = sub.add_parser("list", help="algorithms, models, datasets, notebooks")

@@ -44,12 +44,13 @@ def figure_dir(profile: str) -> Path:
 @dataclass
 class Session:
     """A notebook's profile, its settings (the profile's, with the parameters cell's overrides),
-    where its figures go, and the backend its sweeps run on."""
+    where its figures go, the backend its sweeps run on and the device they train on."""
 
     profile: str
     settings: dict[str, Any]
     figures: Path
     backend: Any
+    device: str = "cpu"
 
     def __getitem__(self, key: str) -> Any:
         return self.settings[key]
@@ -70,18 +71,26 @@ class Session:
             points = [dict(zip(names, values)) for values in itertools.product(*factors.values())]
         else:
             points = [dict(p) for p in points]
-        histories = run_many([config(**p) for p in points], backend=self.backend,
-                             raise_on_failure=raise_on_failure)
+        configs = [config(**p) for p in points]
+        if self.device != "cpu":
+            configs = [c.replace(device=self.device) for c in configs]
+        histories = run_many(configs, backend=self.backend, raise_on_failure=raise_on_failure)
         return Sweep(points, histories)
 
 
 def start(profile: str, profiles: Mapping[str, Mapping[str, Any]], workers: int | None = None,
-          **overrides: Any) -> Session:
+          device: str | None = None, **overrides: Any) -> Session:
     """The header of a notebook: resolve the profile, apply the plotting style, take the
     profile's settings with the parameters cell's non-None overrides (``seeds``, ``rounds``, …),
-    and a backend (in-process for smoke, else a pool of worker processes)."""
+    the device (the parameter, else ``$FAIRFL_DEVICE``, else the CPU; ``fairfl reproduce
+    --device cuda`` sets it) and a backend: in-process for smoke and on a GPU (one process
+    feeds the GPU best: all runs of a sweep fused), else a pool of worker processes."""
+    from .engine import resolve_device
     from .plotting import use_style
-    from .sweeps import ProcessBackend, SerialBackend
+    from .config import ExperimentConfig
+    from .sweeps import SerialBackend, default_backend
+    device = ExperimentConfig(device=device or os.environ.get("FAIRFL_DEVICE", "cpu")).device
+    resolve_device(device)            # a CUDA device this machine lacks is named now, before any data is read
     profile = resolve_profile(profile)
     if profile not in profiles:
         raise ConfigError(f"this notebook has no {profile!r} profile; it has {', '.join(profiles)}")
@@ -94,9 +103,10 @@ def start(profile: str, profiles: Mapping[str, Mapping[str, Any]], workers: int 
                               f"it has {', '.join(settings)}")
         settings[key] = list(value) if isinstance(settings[key], list) else value
     use_style()
-    backend = SerialBackend() if profile == "smoke" else ProcessBackend(workers=workers)
-    session = Session(profile, settings, figure_dir(profile), backend)
-    print(f"profile={profile}", {k: v for k, v in settings.items()}, f"figures -> {session.figures}")
+    backend = SerialBackend() if profile == "smoke" else default_backend(device, workers)
+    session = Session(profile, settings, figure_dir(profile), backend, device)
+    print(f"profile={profile}", {k: v for k, v in settings.items()}, f"device={device}",
+          f"figures -> {session.figures}")
     return session
 
 

@@ -2,18 +2,25 @@
 
 ``run(config)`` returns the cached :class:`History` when ``results/<config.key()>/`` holds a
 finished run, resumes from its checkpoint when it holds an interrupted one, and trains
-otherwise. ``run_many(configs)`` sends the runs that are not cached to a backend — a pool of
-worker processes by default — and returns every History in the order given, reporting the
-failures of single runs without losing the others.
+otherwise. ``run_many(configs)`` trains only the runs that are not cached and returns every
+History in the order given, reporting the failures of single runs without losing the others.
+
+A sweep is one computation: the uncached runs that share dataset, model and device form a
+*family*; :func:`plan_groups` deals each family out into groups (at most :data:`MAX_GROUP`
+runs, as many groups as the backend has slots), and a group advances in lockstep
+(:func:`fairfl.loop.simulate_group`) so that all (run, client) pairs of a round train in one
+fused computation (:mod:`fairfl.engine`). Each run keeps its own sampling, algorithm state,
+checkpoint and cache entry, and its history equals the one-run-at-a-time result bit for bit.
 
 A backend is anything with ``submit_all(fn, items) -> iterator of (index, result or
 exception)`` and ``close()``; :class:`SerialBackend` and :class:`ProcessBackend` (which keeps its
-workers between sweeps) are here, and a distributed
-one (e.g. Ray: one ``ray.remote`` task per item, yielded with ``ray.wait``) plugs in the same
-way without touching the notebooks, since the workers share nothing but the cache folder.
+workers between sweeps and places one worker per GPU when given ``gpus``) are here, and a
+distributed one (e.g. Ray: one ``ray.remote`` task per item, yielded with ``ray.wait``) plugs in
+the same way without touching the notebooks, since the workers share nothing but the cache folder.
 """
 from __future__ import annotations
 
+import json
 import os
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -27,7 +34,7 @@ from .cache import load as load_entry
 from .cache import entry as cache_entry
 from .config import ExperimentConfig
 from .errors import FairFLError, RunFailedError
-from .loop import History, simulate
+from .loop import History, simulate, simulate_group
 
 try:
     from tqdm.auto import tqdm
@@ -92,11 +99,15 @@ class SerialBackend(_Closing):
                 yield i, _Failure(e, traceback.format_exc())
 
 
-def _init_worker(threads: int, parent: int) -> None:
+def _init_worker(threads: int, parent: int, slots=None, gpus: int = 0) -> None:
     import torch
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)
     _exit_with_parent(parent)
+    if gpus:       # worker i trains on GPU i mod gpus: a config's device "cuda" means this worker's GPU
+        with slots.get_lock():
+            slot, slots.value = slots.value, slots.value + 1
+        torch.cuda.set_device(slot % gpus)
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -139,8 +150,9 @@ class ProcessBackend(_Closing):
     a ``FAIRFL_*`` setting has changed since the workers started (they read the data and results
     roots then). Workers keep the fairfl code they imported: after editing it, ``close()``."""
 
-    def __init__(self, workers: int | None = None, threads: int = 1):
-        self.workers = workers or max(1, (os.cpu_count() or 1) // threads)
+    def __init__(self, workers: int | None = None, threads: int = 1, gpus: int = 0):
+        self.gpus = gpus
+        self.workers = workers or (gpus if gpus else max(1, (os.cpu_count() or 1) // threads))
         self.threads = threads
         self._pool: ProcessPoolExecutor | None = None
         self._env: dict[str, str] = {}
@@ -154,7 +166,7 @@ class ProcessBackend(_Closing):
             import multiprocessing as mp
             ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock
             self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker,
-                                             initargs=(self.threads, os.getpid()))
+                                             initargs=(self.threads, os.getpid(), ctx.Value("i", 0), self.gpus))
             self._env = env
         return self._pool
 
@@ -193,8 +205,8 @@ class ProcessBackend(_Closing):
                 (i,) = lost
                 attempts[i] += 1
                 if attempts[i] > self.RETRIES:
-                    error = RunFailedError(f"a worker process died each of the {attempts[i]} times this run was "
-                                           "under way on its own (killed, or out of memory)")
+                    error = WorkerDied(f"a worker process died each of the {attempts[i]} times this run was "
+                                       "under way on its own (killed, or out of memory)")
                     yield i, _Failure(error, "")
                     lost = []
             alone = alone or bool(lost)
@@ -226,6 +238,10 @@ def _fairfl_settings() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("FAIRFL_")}
 
 
+class WorkerDied(RunFailedError):
+    """A worker process died every time an item was under way on its own."""
+
+
 @dataclass
 class _Failure:
     error: BaseException
@@ -242,46 +258,100 @@ def _portable(config: ExperimentConfig) -> tuple[dict, str]:
     return config.to_dict(), module
 
 
-def _worker_run(args: tuple[tuple[dict, str], str | None]) -> str:
-    """Runs in a worker: train (or resume) one config into the cache; return its key."""
-    (cfg_dict, module), root = args
+def _worker_run_group(args: tuple[list[tuple[dict, str]], str | None]) -> list[str | None]:
+    """Runs in a worker: train (or resume) a group of configs side by side into the cache
+    (``fairfl.loop.simulate_group``), each stored as soon as it ends. Returns, per config, None or
+    the error that stopped it."""
+    portable, root = args
     import importlib
-    importlib.import_module(module)
-    config = ExperimentConfig.from_dict(cfg_dict)
-    run(config, root=Path(root) if root else None, progress=False)
-    return config.key()
+    for _, module in portable:
+        importlib.import_module(module)
+    configs = [ExperimentConfig.from_dict(d) for d, _ in portable]
+    folder = Path(root) if root else None
+    out: list[str | None] = [None] * len(configs)
+    todo = [i for i, c in enumerate(configs) if checked_load(c, folder) is None]   # another worker may have done it
+    dirs = [prepare(configs[i], folder) for i in todo]
+    results = simulate_group([configs[i] for i in todo], dirs, progress=False,
+                             on_done=lambda j, history: store(history, dirs[j]))
+    for i, result in zip(todo, results):
+        if isinstance(result, BaseException):
+            out[i] = f"{type(result).__name__}: {result}"
+    return out
 
 
-def default_backend() -> Backend:
-    return ProcessBackend() if (os.cpu_count() or 1) > 1 else SerialBackend()
+# Runs of one family — same data, model and shape of local training — share their fused steps best.
+# A group is at most this many runs (memory: each holds its own model, state and history). A GPU
+# needs many instances per step to be busy (../GPU-ANCHORS: a CNN saturates near 600), a 2-core CPU
+# gains little beyond a few hundred.
+MAX_GROUP = {"cpu": 32, "cuda": 512}
+
+
+def _family(config: ExperimentConfig) -> str:
+    local = config.local
+    return json.dumps([config.dataset, dict(config.dataset_options), config.model, dict(config.model_options),
+                       local.epochs if local.steps is None else None, local.batch_size, local.steps, config.batched,
+                       config.device_type], sort_keys=True, default=str)
+
+
+def plan_groups(configs: Sequence[ExperimentConfig], slots: int, max_group: int | None = None) -> list[list[int]]:
+    """Indices of ``configs`` in lockstep groups: runs of one family together, each family cut into
+    enough groups to keep ``slots`` workers busy (in proportion to its share of the runs) and none
+    larger than ``max_group`` (default: :data:`MAX_GROUP` of the family's device); members dealt out
+    in turn so that the groups of a family cost alike. Largest groups first."""
+    families: dict[str, list[int]] = {}
+    for i, c in enumerate(configs):
+        families.setdefault(_family(c), []).append(i)
+    groups = []
+    for members in families.values():
+        cap = max_group or MAX_GROUP[configs[members[0]].device_type]
+        k = max(-(-len(members) // cap), round(slots * len(members) / max(1, len(configs))), 1)
+        k = min(k, len(members))
+        groups += [members[j::k] for j in range(k)]
+    return sorted(groups, key=len, reverse=True)
+
+
+def default_backend(device: str = "cpu", workers: int | None = None) -> Backend:
+    """CPU: a pool of one-thread workers, one per core (in-process on a single core). CUDA: this
+    process for one GPU (every run of a sweep fused into one stream of work), one worker per GPU
+    on a machine with several."""
+    if device.startswith("cuda"):
+        import torch
+        gpus = torch.cuda.device_count() if device == "cuda" else 1
+        return ProcessBackend(gpus=gpus) if gpus > 1 else SerialBackend()
+    return ProcessBackend(workers=workers) if (workers or os.cpu_count() or 1) > 1 else SerialBackend()
 
 
 def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None,
              root: Path | None = None, progress: bool = True, raise_on_failure: bool = True,
-             ) -> list[History | None]:
+             max_group: int | None = None) -> list[History | None]:
     """Run many configs (validated first, all of them, before any training), each once even if
     listed twice. Returns their histories in the given order. If some fail, the others are kept
     in the cache, and a RunFailedError lists the failures (or, with
     ``raise_on_failure=False``, their places hold None).
+
+    The runs to train go to the backend in lockstep groups (:func:`plan_groups`), each group's
+    local training fused (``fairfl.engine``); ``max_group=1`` sends one run per job instead.
 
     The process backend spawns its workers: from a Python *script* (not a notebook), call
     ``run_many`` under ``if __name__ == "__main__":``, or every worker re-runs the script."""
     configs = [c.validate() for c in configs]
     results_folder(root)
     own = backend is None   # a pool made for this call only is closed after it
-    backend = backend or (SerialBackend() if sum(not is_cached(c, root) for c in configs) <= 1 else default_backend())
+    device = "cuda" if any(c.device_type == "cuda" for c in configs) else "cpu"
+    backend = backend or (SerialBackend() if sum(not is_cached(c, root) for c in configs) <= 1 else default_backend(device))
     try:
-        return _sweep(configs, backend, root, progress, raise_on_failure)
+        return _sweep(configs, backend, root, progress, raise_on_failure, max_group)
     finally:
         if own and hasattr(backend, "close"):
             backend.close()
 
 
 def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | None, progress: bool,
-           raise_on_failure: bool) -> list[History | None]:
-    """Send the validated, not yet cached configs (each once) to ``backend``, then load every
-    config's history in order. Failed runs are collected and raised together (or hold None), the
-    others stay cached."""
+           raise_on_failure: bool, max_group: int | None = None) -> list[History | None]:
+    """Send the validated, not yet cached configs (each once) to ``backend`` in lockstep groups
+    (:func:`plan_groups`), then load every config's history in order. Failed runs are collected
+    and raised together (or hold None), the others stay cached. A group whose worker keeps dying
+    is split into single runs, so that only the run that kills its worker fails."""
     what = "runs"
     unique = {c.key(): c for c in configs}
     done = {k: checked_load(c, root) for k, c in unique.items()}        # an unusable entry is reported, removed
@@ -290,12 +360,23 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
     if todo:
         # no explicit disable=False: TQDM_DISABLE=1 (CI, stored outputs) must still switch the bar off
         bar = tqdm(total=len(todo), desc=what, **({} if progress else {"disable": True})) if tqdm else None
-        items = [(_portable(c), str(root) if root else None) for c in todo]
-        for i, result in backend.submit_all(_worker_run, items):
-            if isinstance(result, _Failure):
-                failures[todo[i].key()] = f"{todo[i].label()}: {type(result.error).__name__}: {result.error}"
-            if bar is not None:
-                bar.update(1)
+        groups = plan_groups(todo, max(1, int(getattr(backend, "workers", 1))), max_group)
+        while groups:
+            items = [([_portable(todo[i]) for i in g], str(root) if root else None) for g in groups]
+            again = []
+            for gi, result in backend.submit_all(_worker_run_group, items):
+                group = groups[gi]
+                if isinstance(result, _Failure) and isinstance(result.error, WorkerDied) and len(group) > 1:
+                    again += [[i] for i in group]
+                    continue
+                for n, i in enumerate(group):
+                    error = (f"{type(result.error).__name__}: {result.error}" if isinstance(result, _Failure)
+                             else result[n])
+                    if error is not None:
+                        failures[todo[i].key()] = f"{todo[i].label()}: {error}"
+                if bar is not None:
+                    bar.update(len(group))
+            groups = again
         if bar is not None:
             bar.close()
     for c in todo:

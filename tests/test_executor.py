@@ -93,7 +93,7 @@ def test_a_run_that_kills_every_worker_is_reported_and_the_others_are_kept(fmnis
     good = [CFG.replace(seed=s, rounds=2) for s in range(2)]
     bad = CFG.replace(rounds=3, algorithm=crash_algorithm.KillsItsWorker())
     with ProcessBackend(workers=2) as backend:
-        with pytest.raises(RunFailedError, match=r"(?s)1 of 3 runs failed .*kills_its_worker seed=0: RunFailedError: a worker "
+        with pytest.raises(RunFailedError, match=r"(?s)1 of 3 runs failed .*kills_its_worker seed=0: WorkerDied: a worker "
                                                  r"process died each of the 3 times this run was under way on its own"):
             run_many([good[0], bad, good[1]], backend=backend, root=tmp_path, progress=False)
         out = run_many(good, backend=backend, root=tmp_path, progress=False)     # cached: nothing trains
@@ -110,9 +110,9 @@ if __name__ == "__main__":
     cfg = ExperimentConfig(dataset="fashion_mnist", model="cnn_fmnist",
                            partition=PartitionSpec("shards", num_clients=10, shards_per_client=2),
                            local=LocalTraining(epochs=5, batch_size=10, lr=0.01), rounds=1000, clients_per_round=5)
-    from fairfl.sweeps import _worker_run, _portable
+    from fairfl.sweeps import _worker_run_group, _portable
     pool = ProcessBackend(workers=2)._start()
-    futures = [pool.submit(_worker_run, (_portable(cfg.replace(seed=s)), sys.argv[2])) for s in range(2)]
+    futures = [pool.submit(_worker_run_group, ([_portable(cfg.replace(seed=s))], sys.argv[2])) for s in range(2)]
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(pool._processes) < 2:
         time.sleep(0.1)
