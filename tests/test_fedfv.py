@@ -188,6 +188,57 @@ def test_external_projection_removes_the_conflict_with_an_absent_client():
     assert FedFV(tau=3).aggregate(r, state, Context(round=1)).info["external_projections"] == 0
 
 
+def reports64(updates, clients):
+    u = torch.tensor(updates, dtype=torch.float64)
+    return ClientUpdates(np.asarray(clients), u, torch.full((len(u),), 10), torch.arange(len(u), dtype=torch.float64))
+
+
+def run_rounds(agg, rounds):
+    """Feed (clients, updates) per round through the rule; the last round's Aggregate."""
+    state = agg.init(torch.zeros(len(rounds[0][1][0]), dtype=torch.float64), 10)
+    for t, (clients, updates) in enumerate(rounds):
+        out = agg.aggregate(reports64(updates, clients), state, Context(round=t))
+        state = out.state
+    return out
+
+
+def test_a_client_sampled_again_is_not_its_own_external_conflict():
+    # Alg. 1 line 4 updates GH before Alg. 3: client 0's round-0 update [−1, 0.2] is replaced by
+    # its round-1 update, so only client 1 ([0.5, 0.5], no conflict) is external in round 1 and
+    # the result is the plain mean. (Projecting against client 0's old update gave [0.18, 0.88].)
+    out = run_rounds(FedFV(tau=1), [([0, 1], [[-1.0, 0.2], [0.5, 0.5]]),
+                                    ([0, 2], [[1.0, 0.0], [0.8, 0.1]])])
+    assert out.info["external_projections"] == 0
+    assert torch.allclose(out.direction, torch.tensor([0.9, 0.05], dtype=torch.float64), atol=1e-15)
+
+
+def test_external_conflicts_over_two_rounds_computed_by_hand():
+    # τ = 2, round 2 samples clients 1 and 3; the mean is d = [1, 0.1] (no internal conflict).
+    # GH after line 4: client 0 @ round 0 [−1, 0.2], client 2 @ round 1 [0, −1]; client 1's
+    # round-0 entry [−0.5, 0.5] (which conflicts with d) was replaced by its round-2 update.
+    # Alg. 3, oldest round first:
+    #   round 0: d·[−1, 0.2] = −0.98 < 0 → d ← d + (0.98 / 1.04)·[−1, 0.2] = [0.0576923…, 0.2884615…]
+    #   round 1: d·[0, −1] = −0.2884615… < 0 → d ← d − 0.2884615…·[0, 1] = [0.0576923…, 0]
+    # Alg. 1 line 10: rescaled to ‖d₀‖ = √1.01 → [√1.01, 0].
+    out = run_rounds(FedFV(tau=2), [([0, 1], [[-1.0, 0.2], [-0.5, 0.5]]),
+                                    ([2], [[0.0, -1.0]]),
+                                    ([1, 3], [[1.0, 0.0], [1.0, 0.2]])])
+    assert out.info["external_projections"] == 2
+    assert torch.allclose(out.direction, torch.tensor([math.sqrt(1.01), 0.0], dtype=torch.float64), atol=1e-12)
+    assert out.state.updates.dtype == torch.float64          # the history keeps the updates' dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_inexact_cancellation_is_no_step(dtype):
+    # g₁ = −3.7·g₀: each projects the other away; in exact arithmetic the mean of the projections
+    # is 0, in floats ~1e-16 of its length, which rescaling must not stretch to a full step
+    g0 = torch.tensor([0.3, -1.7, 0.9], dtype=dtype)
+    r = ClientUpdates(np.arange(2), torch.stack([g0, -3.7 * g0]), torch.full((2,), 10), torch.tensor([0.1, 0.2]))
+    out = FedFV(alpha=0.0).aggregate(r, None, Context(round=0))
+    assert out.info["internal_projections"] == 2
+    assert torch.equal(out.direction, torch.zeros(3, dtype=dtype))
+
+
 def test_tau_zero_keeps_no_history():
     agg = FedFV(tau=0)
     state = agg.init(torch.zeros(3), 4)

@@ -19,13 +19,15 @@ One round, for the m sampled clients' updates gₖ and losses lₖ:
 3. **External conflicts** (Alg. 3), for t ≥ τ > 0: for the rounds t − τ, …, t − 1, oldest
    first (the most recent round is the last target, Theorem 1), sum the history gradients
    whose *latest* report is from that round and that conflict with the current direction, and
-   project the direction off that sum if they conflict. We use the paper's window t − τ … t − 1:
-   the current round's clients were handled in step 2. (One version of the released code
-   looped over t − τ + 1 … t instead, which re-projects against this round's own clients.)
-   The history holds each client's latest *raw* (unprojected) update, pruned to the window,
-   so memory is at most τ·m updates, and it lives in the aggregator state (checkpointed).
+   project the direction off that sum if they conflict. We use the paper's window t − τ … t − 1,
+   and, as Alg. 1 line 4 updates the history before Alg. 3, a client sampled this round is never
+   an external conflict (Definition 3: h ∉ Sₜ), even if an older update of it is in the window;
+   it was handled in step 2. (One version of the released code looped over t − τ + 1 … t
+   instead, which re-projects against this round's own clients.) The history holds each
+   client's latest *raw* (unprojected) update in the updates' dtype, pruned to the window, so
+   memory is at most τ·m updates, and it lives in the aggregator state (checkpointed).
 4. **Rescale** (Alg. 1 line 10) to ‖(1/m) Σ gₖ‖; a direction that the projections cancelled
-   exactly stays zero (no step) instead of 0/0. When no projection happened the mean is
+   (exactly, or to within rounding) stays zero (no step) instead of stretched noise. When no projection happened the mean is
    returned untouched, so α = 1, τ = 0 is FedAvg with uniform weights bit for bit.
 
 The server step is 1 (θ ← θ − gᵗ, Algorithm 1). The random order draws from the loop's
@@ -115,7 +117,7 @@ class FedFV(Algorithm):
 
     def init(self, params: torch.Tensor, num_clients: int) -> FedFVState:
         return FedFVState(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
-                          torch.zeros(0, params.numel()))
+                          torch.zeros(0, params.numel(), dtype=params.dtype))
 
     def aggregate(self, reports: ClientUpdates, state: FedFVState, ctx: Context) -> Aggregate:
         if reports.loss_before is None:
@@ -132,7 +134,11 @@ class FedFV(Algorithm):
 
         n_external = 0
         if self.tau > 0 and round_ >= self.tau:
-            hr, hu = state.rounds, state.updates.double()
+            # Alg. 1 line 4 updates GH with this round's updates *before* Alg. 3 runs, so a client
+            # sampled now has tₖ = t and is outside the window t − τ … t − 1 (Definition 3: only
+            # clients h ∉ Sₜ conflict externally); its older entry must not be projected against
+            others = ~torch.isin(state.clients, torch.as_tensor(np.asarray(reports.clients), dtype=torch.long))
+            hr, hu = state.rounds[others], state.updates[others].double()
             for r in range(round_ - self.tau, round_):           # oldest first (Alg. 3 line 1)
                 rows = hu[hr == r]
                 if len(rows) == 0:
@@ -152,7 +158,12 @@ class FedFV(Algorithm):
             info["cos_to_mean"] = 1.0
             return Aggregate(sample_weights(reports, "uniform") @ reports.updates, new_state, info)
         norm = direction.norm()                 # Alg. 1 line 10: back to the length of the mean
-        direction = direction * (mean.norm() / norm) if norm > 0 else torch.zeros_like(direction)
+        # Projections that cancel in exact arithmetic (g₁ = −c·g₀) leave a residue of rounding
+        # error, ~1e-16 of the updates' length, in an arbitrary direction; rescaling it to ‖mean‖
+        # would take a full-length step along noise. A direction no longer than what rounding of
+        # m updates of this dtype can produce counts as cancelled: no step.
+        noise = 8 * m * torch.finfo(reports.updates.dtype).eps * float(g.norm(dim=1).max())
+        direction = direction * (mean.norm() / norm) if norm > noise else torch.zeros_like(direction)
         denom = float(direction.norm() * mean.norm())
         info["cos_to_mean"] = float(direction @ mean) / denom if denom > 0 else float("nan")
         return Aggregate(direction.to(reports.updates.dtype), new_state, info)
@@ -165,4 +176,4 @@ class FedFV(Algorithm):
         keep = ~torch.isin(hc, clients) & (hr >= round_ + 1 - self.tau)
         return FedFVState(torch.cat([hc[keep], clients]),
                           torch.cat([hr[keep], torch.full((len(clients),), round_, dtype=torch.long)]),
-                          torch.cat([hu[keep], reports.updates.detach().to(hu.dtype)]))
+                          torch.cat([hu[keep].to(reports.updates.dtype), reports.updates.detach()]))
