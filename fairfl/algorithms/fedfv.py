@@ -22,7 +22,9 @@ One round, for the m sampled clients' updates gₖ and losses lₖ:
    project the direction off that sum if they conflict. We use the paper's window t − τ … t − 1,
    and, as Alg. 1 line 4 updates the history before Alg. 3, a client sampled this round is never
    an external conflict (Definition 3: h ∉ Sₜ), even if an older update of it is in the window;
-   it was handled in step 2. (One version of the released code looped over t − τ + 1 … t
+   it was handled in step 2 (the authors' first release does the same: WwZzz/easyFL@eccb017,
+   ``method/fedfv.py`` lines 37–39 record this round's updates, lines 71–82 then look at rounds
+   t − τ … t − 1 only). (One later version of the released code looped over t − τ + 1 … t
    instead, which re-projects against this round's own clients.) The history holds each
    client's latest *raw* (unprojected) update in the updates' dtype, pruned to the window, so
    memory is at most τ·m updates, and it lives in the aggregator state (checkpointed).
