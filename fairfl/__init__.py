@@ -9,11 +9,20 @@ the one min-norm QP in ``minnorm``, server step sizes in ``schedules``, the seed
 ``seeding``. Notebooks check the papers' claims with ``claims`` (holds / FAILED / not reproduced
 with a documented diagnosis).
 """
-from .algorithms import ALGORITHMS, Algorithm, make_algorithm, register
-from .client import LocalTraining
-from .config import ExperimentConfig
-from .errors import ConfigError, DatasetNotFoundError, FairFLError, RunFailedError, TrainingDivergedError
-from .partition import PartitionSpec
+import os as _os
+
+# Before torch first calls MKL: MKL picks its kernels by memory alignment unless told not to, so
+# rows of a fused stack were rounded differently depending on where they sat (1 ulp in the
+# training loss of 4 of 45 Adult runs trained in a group vs alone; measured), and one config would
+# not give one result. Intel MKL's strict conditional numerical reproducibility removes this
+# (``fairfl.loop.check_reproducible`` warns where it could not be switched on).
+_os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+
+from .algorithms import ALGORITHMS  # noqa: E402, Algorithm, make_algorithm, register
+from .client import LocalTraining  # noqa: E402
+from .config import ExperimentConfig  # noqa: E402
+from .errors import ConfigError, DatasetNotFoundError, FairFLError, RunFailedError, TrainingDivergedError  # noqa: E402
+from .partition import PartitionSpec  # noqa: E402
 
 __version__ = "0.2.0"
 __all__ = ["ExperimentConfig", "PartitionSpec", "LocalTraining", "Algorithm", "ALGORITHMS", "make_algorithm",

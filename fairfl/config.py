@@ -37,7 +37,7 @@ from .validation import option, validate_options
 # 3: canonical configs, attacks' `target`, the data's fingerprint in the cache key.
 # 4: dropout masks from each client's stream (a run fused with others gives its result alone);
 #    the device's type in the key.
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 DEVICES = "'auto', 'cpu', 'cuda' or 'cuda:N'"
 
 

@@ -539,18 +539,29 @@ class Lockstep:
     """The trainer of a group of runs, each in its own thread: a job waits until every run of the
     group that has not finished is waiting too, then all waiting jobs run together
     (:func:`execute`). The run whose call completes the group executes them; the others sleep.
-    ``enter()`` once per run before any run starts, ``leave()`` when a run ends (however it ends)."""
+    ``enter()`` once per run before any run starts, ``bind(i)`` in run i's thread, ``leave()`` when
+    a run ends (however it ends).
+
+    The waiting jobs are executed in the order of their runs' indices, not in the order the threads
+    arrived: which rows share a fused kernel, and where, then never depends on thread timing (it
+    did: the same group gave results one ulp apart from one execution to the next)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._active = 0
-        self._waiting: list[tuple[Job, dict]] = []
+        self._rank: dict[int, int] = {}
+        self._waiting: list[tuple[int, Job, dict]] = []
         self.aborted: BaseException | None = None
         self.flushes = 0            # how many fused executions (for the benchmark's report)
 
     def enter(self) -> None:
         with self._cond:
             self._active += 1
+
+    def bind(self, rank: int) -> None:
+        """Declare the calling thread to be run ``rank`` of the group."""
+        with self._cond:
+            self._rank[threading.get_ident()] = rank
 
     def leave(self) -> None:
         with self._cond:
@@ -562,24 +573,24 @@ class Lockstep:
         """Make every waiting and future job of the group raise ``error`` (an interrupt)."""
         with self._cond:
             self.aborted = error
-            for _, slot in self._waiting:
+            for _, _, slot in self._waiting:
                 slot["result"] = error
             self._waiting = []
             self._cond.notify_all()
 
-    def _take(self) -> list[tuple[Job, dict]]:
+    def _take(self) -> list[tuple[int, Job, dict]]:
         if self._waiting and len(self._waiting) >= self._active:
-            batch, self._waiting = self._waiting, []
+            batch, self._waiting = sorted(self._waiting, key=lambda w: w[0]), []
             return batch
         return []
 
-    def _run(self, batch: list[tuple[Job, dict]]) -> None:
+    def _run(self, batch: list[tuple[int, Job, dict]]) -> None:
         if not batch:
             return
-        results = execute([job for job, _ in batch])
+        results = execute([job for _, job, _ in batch])
         with self._cond:
             self.flushes += 1
-            for (_, slot), result in zip(batch, results):
+            for (_, _, slot), result in zip(batch, results):
                 slot["result"] = result
             self._cond.notify_all()
 
@@ -588,7 +599,7 @@ class Lockstep:
         with self._cond:
             if self.aborted is not None:
                 raise self.aborted
-            self._waiting.append((job, slot))
+            self._waiting.append((self._rank.get(threading.get_ident(), 0), job, slot))
             batch = self._take()
         self._run(batch)
         with self._cond:

@@ -187,10 +187,43 @@ def load_checkpoint(folder: Path, config: ExperimentConfig) -> RunState | None:
 # which on these small models is also the faster way to use the cores.
 RUN_THREADS = 1
 
+# Intel MKL's conditional numerical reproducibility (fairfl/__init__.py sets MKL_CBWR before torch
+# first calls MKL): AUTO branch | STRICT, so that a row's result does not depend on its alignment
+_MKL_CBWR_STRICT = 0x10000
+
+
+def check_reproducible() -> bool:
+    """Switch MKL to strict reproducibility if it is not yet (possible only before its first
+    call); warn once where that failed, e.g. torch computed before fairfl was imported. Returns
+    whether results are independent of memory alignment (True where torch has no MKL)."""
+    global _REPRODUCIBLE
+    if _REPRODUCIBLE is None:
+        _REPRODUCIBLE = True
+        if torch.backends.mkl.is_available():
+            import ctypes
+            import os
+            try:
+                lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+                mode = lib.mkl_serv_cbwr_get(-1)
+                if not mode & _MKL_CBWR_STRICT:
+                    lib.mkl_serv_cbwr_set(2 | _MKL_CBWR_STRICT)          # MKL_CBWR_AUTO | STRICT
+                    _REPRODUCIBLE = bool(lib.mkl_serv_cbwr_get(-1) & _MKL_CBWR_STRICT)
+            except (OSError, AttributeError):
+                _REPRODUCIBLE = True          # another build of torch: nothing known to switch
+            if not _REPRODUCIBLE:
+                warnings.warn("Intel MKL was started before fairfl was imported, without MKL_CBWR=AUTO,STRICT: runs "
+                              "trained together may differ from runs trained alone in the last bit. Import fairfl "
+                              "first, or set MKL_CBWR=AUTO,STRICT in the environment.", stacklevel=3)
+    return _REPRODUCIBLE
+
+
+_REPRODUCIBLE: bool | None = None
+
 
 @contextmanager
 def run_threads():
     """Compute with :data:`RUN_THREADS` intra-op threads inside the block; restore afterwards."""
+    check_reproducible()
     before = torch.get_num_threads()
     torch.set_num_threads(RUN_THREADS)
     try:
@@ -277,6 +310,7 @@ def simulate_group(configs: Sequence[ExperimentConfig], checkpoint_dirs: Sequenc
     results: list[History | BaseException | None] = [None] * len(configs)
 
     def one(i: int) -> None:
+        lockstep.bind(i)
         try:
             with run_threads():    # torch's thread count is per thread: set in each
                 results[i] = _simulate(configs[i], dirs[i], False, None, stop_after, lockstep)

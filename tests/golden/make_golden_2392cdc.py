@@ -14,12 +14,18 @@ histories are identical, bit for bit (everything but the wall-clock round times)
 The CNN cases run without dropout (``model_options={"dropout": False}``): since cache version 4
 dropout draws its masks from each client's stream (``fairfl.seeding.keep_mask``) instead of
 torch's global generator, a deliberate change of the random stream, not of the arithmetic, which
-these cases pin down.
+these cases pin down. Recorded with Intel MKL in strict reproducibility mode (``MKL_CBWR=AUTO,STRICT``,
+set below), as the current package computes; without it MKL rounds some products differently.
 """
 import json
+import os
 import sys
 
-import torch
+# as the current package does on import (fairfl/__init__.py): MKL's results must not depend on
+# memory alignment, which the fused engine changes
+os.environ["MKL_CBWR"] = "AUTO,STRICT"
+
+import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
