@@ -18,7 +18,7 @@ import os as _os
 # (``fairfl.loop.check_reproducible`` warns where it could not be switched on).
 _os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
-from .algorithms import ALGORITHMS  # noqa: E402, Algorithm, make_algorithm, register
+from .algorithms import ALGORITHMS, Algorithm, make_algorithm, register  # noqa: E402
 from .client import LocalTraining  # noqa: E402
 from .config import ExperimentConfig  # noqa: E402
 from .errors import ConfigError, DatasetNotFoundError, FairFLError, RunFailedError, TrainingDivergedError  # noqa: E402

@@ -95,9 +95,11 @@ def test_no_private_name_is_imported_from_another_module():
 
 def test_every_algorithm_module_is_registered_and_documented():
     from fairfl.algorithms import ALGORITHMS
-    modules = {cls.__module__ for cls in ALGORITHMS.values()}
+    # the package's own (tests may have registered toy algorithms from other modules)
+    own = {name: cls for name, cls in ALGORITHMS.items() if cls.__module__.startswith("fairfl.")}
+    modules = {cls.__module__ for cls in own.values()}
     files = {n for n in MODULES if n.startswith("fairfl.algorithms.") and n != "fairfl.algorithms.base"}
     assert files == modules, files ^ modules          # every file holds a registered algorithm
     readme = (ROOT.parent / "README.md").read_text()
-    for name in ALGORITHMS:
+    for name in own:
         assert f"`{name}`" in readme, f"algorithm {name} is not in the README's table"
