@@ -1,6 +1,6 @@
 """Fairness metrics of a vector of per-client values (usually test accuracies).
 
-Definitions (REPRODUCTION.md, "Metrics"): the standard deviation has ddof = 0; worst / best
+Definitions, as the papers report them: the standard deviation has ddof = 0; worst / best
 x% is the mean of the ⌊x·N⌋ lowest / highest clients (FedFV, q-FFL) — at least one client;
 percentiles are numpy's linear interpolation (what FedMGDA+'s plotting code reported as the
 5th / 95th percentile); the improved share counts ties as improved (FedMGDA+ footnote 6,

@@ -2,7 +2,8 @@
 
 Every partitioner is a pure function of the labels (or attributes) and an explicit
 ``numpy.random.Generator``; :func:`federate` seeds it from the partition's own seed, so one
-seed gives one partition whatever the training seed is (REPRODUCTION.md, known traps).
+seed gives one partition whatever the training seed is (comparing methods on different
+partitions would confound the method with the split).
 A partition is a list of index arrays into the training set, one per client, disjoint.
 """
 from __future__ import annotations

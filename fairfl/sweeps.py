@@ -281,8 +281,8 @@ def _worker_run_group(args: tuple[list[tuple[dict, str]], str | None]) -> list[s
 
 # Runs of one family — same data, model and shape of local training — share their fused steps best.
 # A group is at most this many runs (memory: each holds its own model, state and history). A GPU
-# needs many instances per step to be busy (../GPU-ANCHORS: a CNN saturates near 600), a 2-core CPU
-# gains little beyond a few hundred.
+# needs many instances per step to be busy (a stacked step of the Table 3 CNN was measured to fill
+# an H100 only near 600 instances); a 2-core CPU gains little beyond a few hundred.
 MAX_GROUP = {"cpu": 32, "cuda": 512}
 
 

@@ -143,7 +143,7 @@ def test_corpus_uses_the_modern_plays_only(texts, corpus):
     assert not np.isin(corpus.codes, encode("[]}")).any()               # no stage directions left
     assert int((corpus.codes == UNKNOWN).sum()) == 11                   # "@", "/", "_" in 4.26 M
     n = corpus.lengths - shakespeare.WINDOW
-    assert 1_200 <= len(corpus.roles) <= 1_500                 # REPRODUCTION.md: ~1,300 roles
+    assert 1_200 <= len(corpus.roles) <= 1_500                 # LEAF's corpus: about 1,300 roles
     assert 1_000 <= int((n >= 64).sum()) <= 1_200             # roles with >= 64 samples
     assert 3_800_000 <= int(corpus.lengths.sum()) <= 4_600_000  # ~4M characters
 
