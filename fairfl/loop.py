@@ -197,27 +197,33 @@ def check_reproducible() -> bool:
     call); warn once where that failed, e.g. torch computed before fairfl was imported. Returns
     whether results are independent of memory alignment (True where torch has no MKL)."""
     global _REPRODUCIBLE
-    if _REPRODUCIBLE is None:
-        _REPRODUCIBLE = True
-        if torch.backends.mkl.is_available():
-            import ctypes
-            import os
-            try:
-                lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
-                mode = lib.mkl_serv_cbwr_get(-1)
-                if not mode & _MKL_CBWR_STRICT:
-                    lib.mkl_serv_cbwr_set(2 | _MKL_CBWR_STRICT)          # MKL_CBWR_AUTO | STRICT
-                    _REPRODUCIBLE = bool(lib.mkl_serv_cbwr_get(-1) & _MKL_CBWR_STRICT)
-            except (OSError, AttributeError):
-                _REPRODUCIBLE = True          # another build of torch: nothing known to switch
-            if not _REPRODUCIBLE:
-                warnings.warn("Intel MKL was started before fairfl was imported, without MKL_CBWR=AUTO,STRICT: runs "
-                              "trained together may differ from runs trained alone in the last bit. Import fairfl "
-                              "first, or set MKL_CBWR=AUTO,STRICT in the environment.", stacklevel=3)
+    with _REPRODUCIBLE_LOCK:          # the runs of a group start in threads: switch once, before any computes
+        if _REPRODUCIBLE is None:
+            _REPRODUCIBLE = _switch_mkl_strict()
     return _REPRODUCIBLE
 
 
+def _switch_mkl_strict() -> bool:
+    reproducible = True
+    if torch.backends.mkl.is_available():
+        import ctypes
+        import os
+        try:
+            lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+            if not lib.mkl_serv_cbwr_get(-1) & _MKL_CBWR_STRICT:
+                lib.mkl_serv_cbwr_set(2 | _MKL_CBWR_STRICT)          # MKL_CBWR_AUTO | STRICT
+                reproducible = bool(lib.mkl_serv_cbwr_get(-1) & _MKL_CBWR_STRICT)
+        except (OSError, AttributeError):
+            pass                              # another build of torch: nothing known to switch
+        if not reproducible:
+            warnings.warn("Intel MKL was started before fairfl was imported, without MKL_CBWR=AUTO,STRICT: runs "
+                          "trained together may differ from runs trained alone in the last bit. Import fairfl "
+                          "first, or set MKL_CBWR=AUTO,STRICT in the environment.", stacklevel=4)
+    return reproducible
+
+
 _REPRODUCIBLE: bool | None = None
+_REPRODUCIBLE_LOCK = threading.Lock()
 
 
 @contextmanager
