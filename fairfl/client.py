@@ -269,10 +269,11 @@ def _split_means(values: torch.Tensor, sizes: list[int]) -> list[float]:
 
 
 @torch.no_grad()
-def evaluate_model(model: nn.Module, data: Sequence[Client]) -> Evaluation:
+def evaluate_model(model: nn.Module, data: Sequence[Client], train_losses: torch.Tensor | None = None) -> Evaluation:
     """Every client's test accuracy and loss, and the uniformly averaged training loss over all
     clients, at the model's current parameters in eval mode; per objective for a multi-task
-    model (its objectives' views)."""
+    model (its objectives' views). ``train_losses``: the clients' mean training losses at these
+    parameters when already known (:meth:`ClientRuntime.losses`), else computed here."""
     if num_tasks(model) > 1:
         parts = [evaluate_model(objective_view(model, s), [_task_client(c, s) for c in data])
                  for s in range(num_tasks(model))]
@@ -287,7 +288,8 @@ def evaluate_model(model: nn.Module, data: Sequence[Client]) -> Evaluation:
     losses = F.cross_entropy(out, ys, reduction="none") if len(ys) else torch.empty(0, device=ys.device)
     correct = (out.argmax(1) == ys).float() if len(ys) else torch.empty(0, device=ys.device)
     sizes = [len(c.y_test) for c in data]
-    train = mean_losses(model, [c.x_train for c in data], [c.y_train for c in data])
+    train = (mean_losses(model, [c.x_train for c in data], [c.y_train for c in data]) if train_losses is None
+             else train_losses)
     model.train(was_training)
     return Evaluation(_split_means(correct, sizes), _split_means(losses, sizes), float(train.mean()),
                       [float(v) for v in train])
@@ -320,6 +322,7 @@ class ClientRuntime:
         self.round = 0
         self.states: dict[int, object] = {}
         self.cache: dict = {}
+        self._losses: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
 
     @property
     def num_clients(self) -> int:
@@ -338,9 +341,10 @@ class ClientRuntime:
         """Local training of clients ``ids`` from the global model ``params`` (pseudo-gradients,
         :func:`train_clients`). ``batch_round`` replaces the round in the clients' streams (an
         algorithm that trains one round in several calls gives each its own stream)."""
-        return train_clients(self.model, params, self.data, ids, local, self.seed,
-                             self.round if batch_round is None else batch_round, self.batched, loss_before, loss_after,
-                             self.trainer)
+        out = train_clients(self.model, params, self.data, ids, local, self.seed,
+                            self.round if batch_round is None else batch_round, self.batched, False, loss_after,
+                            self.trainer)
+        return out.replace(loss_before=self.losses(params, ids)) if loss_before else out
 
     def train_from(self, ids: Sequence[int], starts: torch.Tensor, local: LocalTraining,
                    prox_centre: torch.Tensor | None = None, purpose: int = BATCHES) -> torch.Tensor:
@@ -359,8 +363,12 @@ class ClientRuntime:
     def train_objectives(self, ids: Sequence[int], params: torch.Tensor, held: torch.Tensor, local: LocalTraining,
                          loss_before: bool = True, first_gradients: bool = False) -> ClientUpdates:
         """Per-objective local training of a multi-task model (:func:`train_objectives`)."""
-        return train_objectives(self.model, params, self.data, ids, held, local, self.seed, self.round,
-                                self.batched, loss_before, first_gradients, self.trainer)
+        out = train_objectives(self.model, params, self.data, ids, held, local, self.seed, self.round,
+                               self.batched, False, first_gradients, self.trainer)
+        if not loss_before:
+            return out
+        before = self.losses(params, ids)
+        return out.replace(loss_before=torch.where(held, before, torch.full_like(before, float("nan"))))
 
     def objective_gradients(self, point: torch.Tensor, ids: Sequence[int], held: torch.Tensor) -> torch.Tensor:
         """(m, S, d) full-batch gradients ∇f_{s,i}(point) of each held objective (one full-batch
@@ -375,15 +383,32 @@ class ClientRuntime:
 
     def losses(self, params: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
         """Mean training loss of clients ``ids`` at ``params`` (eval mode); (m, S) per objective
-        for a multi-task model."""
+        for a multi-task model.
+
+        A run asks for the same losses several times — the losses after round t's step (the
+        improved share), the losses before round t + 1's training at the same global model
+        (q-FedAvg's Fₖ, FedFV's order, AFL, TERM, DQN-Fed) and the evaluation's training loss — each
+        a forward pass over the clients' whole training data. The last few answers are kept, keyed
+        by the clients and compared with the parameters' exact values, and returned instead of
+        computing them again: the same call on the same inputs, so the same numbers bit for bit."""
+        key = tuple(int(k) for k in ids)
+        hit = self._losses.get(key)
+        if hit is not None and hit[0].dtype == params.dtype and torch.equal(hit[0], params.cpu()):
+            return hit[1].clone()
         set_flat_params(self.model, params.to(self.device))
-        return objective_losses(self.model, [self.data[k].x_train for k in ids],
-                                [self.data[k].y_train for k in ids]).cpu()
+        out = objective_losses(self.model, [self.data[k].x_train for k in ids],
+                               [self.data[k].y_train for k in ids]).cpu()
+        if len(self._losses) >= 4:
+            self._losses.pop(next(iter(self._losses)))
+        self._losses.pop(key, None)
+        self._losses[key] = (params.detach().cpu().clone(), out.clone())
+        return out
 
     def evaluate(self, params: torch.Tensor) -> Evaluation:
         """Every client evaluated at the global model ``params``."""
+        train = self.losses(params, range(self.num_clients)) if self.num_objectives == 1 else None
         set_flat_params(self.model, params.to(self.device))
-        return evaluate_model(self.model, self.data)
+        return evaluate_model(self.model, self.data, train)
 
     def evaluate_each(self, params: Sequence[torch.Tensor]) -> Evaluation:
         """Client k evaluated at its own model ``params[k]`` (a personalised algorithm)."""
