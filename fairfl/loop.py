@@ -312,13 +312,13 @@ def simulate_group(configs: Sequence[ExperimentConfig], checkpoint_dirs: Sequenc
         if on_done is not None:
             on_done(0, history)
         return [history]
-    lockstep = Lockstep()
+    lockstep = Lockstep(slots=max(1, torch.get_num_threads() // RUN_THREADS))  # the cores this process may use
     results: list[History | BaseException | None] = [None] * len(configs)
 
     def one(i: int) -> None:
         lockstep.bind(i)
         try:
-            with run_threads():    # torch's thread count is per thread: set in each
+            with run_threads(), lockstep.turn():    # torch's thread count is per thread: set in each
                 results[i] = _simulate(configs[i], dirs[i], False, None, stop_after, lockstep)
             if on_done is not None:
                 on_done(i, results[i])
