@@ -177,7 +177,9 @@ class Explorer:
         self.axes = self.figure.subplots(1, 3, width_ratios=[1.3, 1, 0.9])
         self.figure.subplots_adjust(left=0.05, right=0.99, bottom=0.12, top=0.92, wspace=0.22)
         self.summary = ""
-        self.widget = None if self.static else self._build()
+        self.widget = None                       # set before the controls exist: _build syncs them
+        if not self.static:
+            self.widget = self._build()
 
     # -- selections
     def _matching(self, sel: dict[str, Any], upto: int | None = None) -> list[Run]:
@@ -413,7 +415,7 @@ class Explorer:
         self.redraw()
 
     def _sync_controls(self) -> None:
-        if self.widget is None and not hasattr(self, "_controls"):
+        if not hasattr(self, "_controls"):      # static: no controls
             return
         self._syncing = True
         try:
