@@ -24,6 +24,20 @@ from .config import ExperimentConfig  # noqa: E402
 from .errors import ConfigError, DatasetNotFoundError, FairFLError, RunFailedError, TrainingDivergedError  # noqa: E402
 from .partition import PartitionSpec  # noqa: E402
 
+
+
+def results(where=None, root=None, **settings):
+    """The index of cached runs as a pandas DataFrame (``fairfl.index.results``)."""
+    from .index import results as index
+    return index(where, root, **settings)
+
+
+def explore(sweep=None, *, root=None, static=None, backend=None):
+    """An ipywidgets explorer over the run cache, or over a notebook's sweep (``fairfl.explorer``)."""
+    from .explorer import explore as open_explorer
+    return open_explorer(sweep, root=root, static=static, backend=backend)
+
+
 __version__ = "0.2.0"
 __all__ = ["ExperimentConfig", "PartitionSpec", "LocalTraining", "Algorithm", "ALGORITHMS", "make_algorithm",
-           "register", "ConfigError", "DatasetNotFoundError", "FairFLError", "RunFailedError", "TrainingDivergedError"]
+           "register", "results", "explore", "ConfigError", "DatasetNotFoundError", "FairFLError", "RunFailedError", "TrainingDivergedError"]

@@ -1,6 +1,8 @@
 """The run cache: one folder per experiment under the results root (``$FAIRFL_RESULTS`` or
-``<repo>/results``), holding ``config.json``, then ``checkpoint.pt`` while the run trains, then
-``history.json`` + ``history.npz`` (no pickle) when it has finished.
+``<repo>/results``), holding ``config.json`` and ``version.json`` (the cache version it was written
+under, so that ``python -m fairfl results --prune`` can find entries no version of the code will read
+again), then ``checkpoint.pt`` while the run trains, then ``history.json`` + ``history.npz`` (no
+pickle) when it has finished.
 
 The folder's name is a hash of three things, so that the cache never returns a result that is
 not the one asked for: the canonical config (equal experiments, one key), the fingerprint of the
@@ -19,13 +21,14 @@ import warnings
 from pathlib import Path
 
 from .atomic import atomic_write, remove_stale_temporaries
-from .config import ExperimentConfig
+from .config import CACHE_VERSION, ExperimentConfig
 from .data.base import fingerprint
 from .errors import CacheError, FairFLError
 from .loop import CHECKPOINT, History
 from .paths import results_root
 
 FILES = ("history.json", "history.npz")
+VERSION_FILE = "version.json"
 
 
 def results_folder(root: Path | str | None = None) -> Path:
@@ -86,6 +89,7 @@ def prepare(config: ExperimentConfig, root: Path | str | None = None) -> Path:
         raise CacheError(f"cannot make the cache entry {d}: {e.strerror or e}") from None
     remove_stale_temporaries(d)
     atomic_write(d / "config.json", lambda p: Path(p).write_text(json.dumps(config.to_dict(), indent=1)))
+    atomic_write(d / VERSION_FILE, lambda p: Path(p).write_text(json.dumps({"cache_version": CACHE_VERSION})))
     return d
 
 

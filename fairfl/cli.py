@@ -1,4 +1,4 @@
-"""``python -m fairfl``: data / run / reproduce / list."""
+"""``python -m fairfl``: data / run / reproduce / results / list."""
 from __future__ import annotations
 
 import argparse
@@ -125,6 +125,23 @@ def _cmd_reproduce(args) -> int:
     return 1 if failures else 0
 
 
+def _cmd_results(args) -> int:
+    from .index import format_table, human_size, prune, rows
+    from .paths import results_root
+    root = Path(args.root) if args.root else results_root()
+    table = rows(root, args.where or [])             # a bad --where is named before anything is removed
+    if args.prune:
+        removed = prune(root)
+        for entry, reason, size in removed:
+            print(f"removed {entry.folder} ({human_size(size)}): {reason}", file=sys.stderr)
+        print(f"pruned {len(removed)} stale entr{'y' if len(removed) == 1 else 'ies'}, "
+              f"{human_size(sum(s for _, _, s in removed))} freed", file=sys.stderr)
+        gone = {e.key for e, _, _ in removed}
+        table = [r for r in table if r["key"] not in gone]
+    print(format_table(table, args.format))
+    return 0
+
+
 def _cmd_list(args) -> int:
     from .algorithms import ALGORITHMS
     from .data import LOADERS
@@ -161,6 +178,17 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--kernel", default="python3")
     rp.add_argument("--device", help="'auto', 'cpu', 'cuda' or 'cuda:N' for every run of the notebooks (default: cpu)")
     rp.set_defaults(fn=_cmd_reproduce)
+
+    rs = sub.add_parser("results", help="the index of cached runs: settings, rounds done, final metrics, size")
+    rs.add_argument("--where", nargs="+", action="extend", metavar="KEY=VALUE",
+                    help="only entries with these settings, e.g. --where algorithm=fedmgda_plus eps=0.1 local.lr=0.01 "
+                         "(dotted config paths, or their last part where unambiguous)")
+    rs.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                    help="table: a summary; csv and json: every setting too")
+    rs.add_argument("--prune", action="store_true",
+                    help="remove the entries of other cache versions (never read again), then list the rest")
+    rs.add_argument("--root", help="results folder (default: $FAIRFL_RESULTS or <repo>/results)")
+    rs.set_defaults(fn=_cmd_results)
 
     ls = sub.add_parser("list", help="algorithms, models, datasets, notebooks")
     ls.set_defaults(fn=_cmd_list)

@@ -180,6 +180,12 @@ class Sweep:
             rows.append(row)
         return pd.DataFrame(rows)
 
+    def explore(self, static: bool | None = None, backend: Any = None):
+        """An explorer over these runs (``fairfl.explorer``): its factors as controls, the seeds
+        free, two selections side by side; display it as a cell's last line."""
+        from .explorer import explore
+        return explore(self, static=static, backend=backend)
+
     def summary(self, by: str | Sequence[str], over: str = "seed", **metrics: Callable[[Any], Any]) -> pd.DataFrame:
         """Mean and std (ddof 0) over ``over`` (the seeds) of each metric, per value of ``by``."""
         by = [by] if isinstance(by, str) else list(by)

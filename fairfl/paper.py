@@ -123,3 +123,53 @@ def fmol_config(K: int, b: int | None = None, iid: bool = False, seed: int = 0, 
                             partition=partition, local=local, algorithm=FMGDA(server_lr=lr), rounds=rounds,
                             participation=1.0, eval_every=eval_every, seed=seed, track_improved=False,
                             checkpoint_every=10 * eval_every)
+
+
+# ----------------------------------------------------------------------------- a run's reported numbers
+
+def _fedfv_method(algorithm: dict) -> str | None:
+    """FedFV Table 3's row name of an algorithm with the options of that table, else None."""
+    name = algorithm.get("name")
+    if name == "fedavg":
+        return "FedAvg"
+    if name == "afl":
+        return f"AFL (η_λ={algorithm['lr_lambda']:g})"
+    if name == "qfedavg":
+        return f"q-FedAvg (q={algorithm['q']:g})"
+    if name == "fedmgda_plus":
+        return f"FedMGDA+ (ε={algorithm['eps']:g})"
+    if name == "fedfv" and algorithm.get("order") == "loss":
+        return {0.0: "FedFV (α=0)", round(1 / 3, 6): "FedFV (α=1/3)",
+                round(2 / 3, 6): "FedFV (α=2/3)"}.get(round(float(algorithm["alpha"]), 6))
+    return None
+
+
+def _dqnfed_method(algorithm: dict) -> str | None:
+    name = algorithm.get("name")
+    if name == "dqnfed" and algorithm.get("step") == "eq17":
+        return "DQN-Fed"
+    return {"fedavg": "FedAvg", "qfedavg": "q-FFL", "fedmgda": "FedMGDA", "fedmgda_plus": "FedMGDA"}.get(name)
+
+
+def reported(config: dict) -> tuple[str, dict[str, float], float] | None:
+    """What a paper reports for the setting of ``config`` (a config dict), where one of the
+    tables above has it: (source, {"mean" / "std" / "worst" / "best": value in %}, the fraction
+    of clients its worst / best average over). None where no table has this setting. Matched on
+    the dataset, the partition's shape and the algorithm with its options — not on the number of
+    rounds or seeds, which a quick profile shortens."""
+    dataset, part, algorithm = config.get("dataset"), config.get("partition", {}), config.get("algorithm", {})
+    if not isinstance(algorithm, dict):
+        return None
+    if dataset == "fashion_mnist" and part.get("scheme") == "one_class" and part.get("num_clients") == 3:
+        method, table, source, fraction = _fedfv_method(algorithm), FEDFV_TABLE3, "FedFV Table 3", None
+    elif dataset == "cifar10" and part.get("scheme") == "shards" and part.get("num_clients") == 100:
+        method, table, source, fraction = _dqnfed_method(algorithm), DQNFED_TABLE1_SETUP1, "DQN-Fed Table 1", 0.05
+    elif dataset == "shakespeare":
+        method, table, source, fraction = _dqnfed_method(algorithm), DQNFED_TABLE6_SETUP1, "DQN-Fed Table 6", 0.1
+    else:
+        return None
+    row = table[table["method"] == method]
+    if method is None or row.empty:
+        return None
+    values = {k: float(row[k].iloc[0]) for k in ("mean", "std", "worst", "best") if k in row}
+    return f"{source}, {method}", values, fraction

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up everything fairfl needs on a fresh machine: the offline Fashion-MNIST (Debian),
+# Set up everything fairfl needs on a fresh machine: the offline Fashion-MNIST and Chromium (Debian),
 # a virtualenv in .venv with the pinned requirements, the dataset-only packages (no deps),
 # fairfl itself (editable), then check that the offline datasets are found.
 # Idempotent: a second run only checks.
@@ -16,6 +16,20 @@ if [ ! -d /usr/share/datasets/fashion-mnist ]; then
   else
     echo "note: /usr/share/datasets/fashion-mnist is missing and apt-get is not usable here;"
     echo "      install 'dataset-fashion-mnist' or put the four idx files in data/FashionMNIST/raw/"
+  fi
+fi
+
+# Debian's Chromium and its driver, for tests/test_jupyterlab.py (JupyterLab driven in a real browser;
+# Selenium uses these two and downloads nothing)
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    echo "== installing Debian packages chromium chromium-driver"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; }
+  else
+    echo "note: /usr/bin/chromium or /usr/bin/chromedriver is missing and apt-get is not usable here;"
+    echo "      install 'chromium' and 'chromium-driver', or tests/test_jupyterlab.py is skipped"
   fi
 fi
 

@@ -48,11 +48,13 @@ _NETWORK_ATTEMPTS: list[object] = []
 
 @pytest.fixture(scope="session", autouse=True)
 def _no_network():
-    """Refuse (and record) every connection to an internet address."""
+    """Refuse (and record) every connection to an internet address (loopback is allowed)."""
     real_connect = socket.socket.connect
 
     def guarded_connect(self, address):
-        if self.family in (socket.AF_INET, socket.AF_INET6):
+        # loopback is this machine, not the internet: the JupyterLab test talks to its server and browser
+        loopback = isinstance(address, tuple) and str(address[0]) in ("127.0.0.1", "::1", "localhost")
+        if self.family in (socket.AF_INET, socket.AF_INET6) and not loopback:
             _NETWORK_ATTEMPTS.append(address)
             raise OSError(f"network access attempted in a test: {address!r}")
         return real_connect(self, address)
