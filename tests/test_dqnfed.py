@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from fairfl import ConfigError, ExperimentConfig, LocalTraining, PartitionSpec
 from fairfl.algorithms import Context, RoundPlan, make_algorithm
-from fairfl.algorithms.dqnfed import DQNFed, client_updates, dqnfed_step, inverse_hessian_product, usable_pair
+from fairfl.algorithms.dqnfed import (DQNFed, client_updates, dqnfed_step, inverse_hessian_product,
+                                     theorem_4_2_scale, usable_pair)
 from fairfl.client import ClientRuntime
 from fairfl.client import gradients as full_batch_gradients
 from fairfl.loop import load_checkpoint, simulate
@@ -113,7 +114,7 @@ def test_aggregator_needs_the_rates_and_validates_its_option():
         DQNFed().aggregate(ClientUpdates(np.arange(2), torch.ones(2, 3), torch.ones(2)), None, Context())
     with pytest.raises(ConfigError, match="dependence_tol=0.0 is not allowed"):
         make_algorithm({"name": "dqnfed", "dependence_tol": 0.0})
-    with pytest.raises(ConfigError, match="step='newton' is not allowed; it must be one of 'eq17', 'algorithm1'"):
+    with pytest.raises(ConfigError, match="step='newton' is not allowed; it must be one of 'eq17', 'algorithm1', 'eq17_safeguarded'"):
         make_algorithm({"name": "dqnfed", "step": "newton"})
     # eq. (17) fixes the rate: a global rate is an option of the Algorithm 1 reading only
     with pytest.raises(ConfigError, match="server_lr and decay set the global rate of step='algorithm1'"):
@@ -150,6 +151,54 @@ def test_eq17_step_grows_without_bound_near_pareto_stationarity():
         assert eq17 >= 1 / gap * 0.99        # ≥ (λ·d)/‖Σλg‖ with λ = (½, ½): 1/gap
     assert lengths[0][0] < lengths[1][0] < lengths[2][0]
     assert lengths[0][1] > lengths[1][1] > lengths[2][1]
+
+
+def _quadratic_clients(gap):
+    """Two quadratic clients fₖ(θ) = ½ Lₖ‖θ − cₖ‖² at θ = 0 whose gradients nearly cancel (Pareto
+    stationarity as gap → 0): what each would send after one full-batch local step of rate ηₗ —
+    gₖ = ηₗ∇fₖ, d̃ₖ = gₖᵀH⁻¹gₖ with the exact inverse Hessian, σₖ = ηₗ, L̂ₖ = Lₖ."""
+    L = torch.tensor([2.0, 5.0], dtype=torch.float64)
+    c = torch.tensor([[1.0, gap], [-1.0, gap]], dtype=torch.float64)
+    lr = 0.1
+    grad = L[:, None] * (0 - c)
+    g = lr * grad
+    d = (g * g).sum(1) / L
+    f = lambda k, theta: 0.5 * L[k] * float(((theta - c[k]) ** 2).sum())
+    reports = ClientUpdates(np.arange(2), g, torch.ones(2), None, None,
+                            {"dqn_d": d, "dqn_curvature": L.clone(), "dqn_scale": torch.full((2,), lr, dtype=torch.float64)})
+    return reports, f
+
+
+@pytest.mark.parametrize("gap", [1e-1, 1e-2, 1e-3])
+def test_safeguard_keeps_theorem_4_2s_descent_where_eq17_overshoots(gap):
+    reports, f = _quadratic_clients(gap)
+    theta = torch.zeros(2, dtype=torch.float64)
+    eq17 = DQNFed(step="eq17").aggregate(reports, None, Context(round=0))
+    safe = DQNFed(step="eq17_safeguarded").aggregate(reports, None, Context(round=0))
+    # eq. (17) near stationarity: the step is so long that some client's loss rises
+    assert max(f(k, theta - eq17.direction) - f(k, theta) for k in range(2)) > 0
+    # the safeguarded step: the same direction, shorter, and every client descends (Theorem 4.2)
+    factor = safe.info["safeguard"]
+    assert 0 < factor < 1
+    torch.testing.assert_close(safe.direction, factor * eq17.direction)
+    assert all(f(k, theta - safe.direction) < f(k, theta) for k in range(2))
+    # by hand: the largest factor with ∇fₖ·Δ ≥ (L/2)‖Δ‖² for both, ‖Δ‖² = ηₜ, ∇fₖ·Δ = d̃ₖ/σₖ
+    d, eta = reports.extras["dqn_d"], eq17.info["eta"]
+    assert factor == pytest.approx(2 * float((d / 0.1).min()) / (5.0 * eta), rel=1e-12)
+
+
+def test_safeguard_is_eq17_when_the_condition_holds_or_no_curvature_is_known():
+    reports, _ = _quadratic_clients(1.0)          # far from stationarity: a short eq. (17) step
+    eq17 = DQNFed(step="eq17").aggregate(reports, None, Context(round=0))
+    safe = DQNFed(step="eq17_safeguarded").aggregate(reports, None, Context(round=0))
+    assert safe.info["safeguard"] == 1.0
+    assert torch.equal(safe.direction, eq17.direction)
+    d, s0 = torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+    assert theorem_4_2_scale(3.0, d, s0, torch.zeros(2)) == 1.0        # round 0: no BFGS pair, no L̂
+    assert theorem_4_2_scale(0.0, d, s0, torch.ones(2)) == 1.0         # no step at all
+    assert theorem_4_2_scale(3.0, d, torch.tensor([1.0, -0.5]), torch.ones(2)) == 0.0   # cannot descend by scaling
+    with pytest.raises(ValueError, match="dqn_curvature"):
+        DQNFed(step="eq17_safeguarded").aggregate(_reports(torch.eye(2), torch.ones(2)), None, Context(round=0))
 
 
 # ----------------------------------------------------------------------------- BFGS
@@ -222,6 +271,9 @@ def test_clients_send_their_update_and_positive_rates(three_class):
         pair = [(s, g1[r] - g0[r])] if usable_pair(s, g1[r] - g0[r]) else []
         assert out.extras["bfgs_skipped"][r] == float(not pair)
         torch.testing.assert_close(out.extras["dqn_d"][r], u[r] @ inverse_hessian_product(u[r], pair))
+        # the safeguard's inputs: L̂ₖ = ‖y‖/‖s‖ of the pair, σₖ = ηₗ (one full-batch step)
+        torch.testing.assert_close(out.extras["dqn_curvature"][r], (g1[r] - g0[r]).norm() / s.norm())
+    torch.testing.assert_close(out.extras["dqn_scale"], torch.full((3,), 0.1, dtype=torch.float64), rtol=1e-4, atol=0)
     # round 0 (no previous model): B = I, so d̃ₖ = ‖uₖ‖²
     first = dqnfed_client_updates(model, w1, None, fed.clients, [0, 1, 2], local, 0, 0)
     torch.testing.assert_close(first.extras["dqn_d"], (first.updates.double() ** 2).sum(1), rtol=1e-6, atol=0)

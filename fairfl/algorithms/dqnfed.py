@@ -64,6 +64,18 @@ near a Pareto-stationary point: for any convex weights λ, ‖ηₜ𝔡‖ ≥ (
 min-norm point of the gradients' hull shrinks the eq. (17) step grows without bound (the dₖ
 do not vanish), while ‖𝔡‖ = 1/‖ηₜ𝔡‖ shrinks. Theorem 4.2 guarantees descent only while
 ηₜ ≤ (2/L)·minₖ dₖ, which nothing enforces; notebook 04 measures what this does.
+
+**The safeguard Theorem 4.2 implies** (``step="eq17_safeguarded"``, a declared variant, not the
+paper's algorithm). The proof (App. A, eqs. (30)–(35)) needs, for every participant k and the step
+Δ = ηₜ𝔡, the descent-lemma condition ∇fₖ·Δ ≥ (L/2)‖Δ‖². Eq. (17) gives ‖Δ‖² = ηₜ and, by
+Theorem 4.1, gₖ·Δ = d̃ₖ. Our gₖ is a pseudo-gradient, not ∇fₖ(θᵗ): each client also sends
+σₖ = gₖ·∇fₖ/‖∇fₖ‖², the length of its update in units of its gradient (exactly ηₗ for one full-batch
+step, as in Appendix G.1), so that ∇fₖ·Δ ≈ d̃ₖ/σₖ; and L̂ₖ = maxₑ ‖yₑ‖/‖sₑ‖ over its BFGS pairs,
+a lower bound of its smoothness constant along the pairs. The server scales the eq. (17) step by
+min(1, 2·minₖ(d̃ₖ/σₖ) / (L̂·ηₜ)), L̂ = maxₖ L̂ₖ: eq. (17) where Theorem 4.2's condition holds, the
+largest step that satisfies it otherwise. Without a pair (round 0) there is no estimate of L and
+the step is eq. (17)'s. L̂ underestimates L, so the safeguard is a necessary condition, not a
+guarantee.
 """
 from __future__ import annotations
 
@@ -127,8 +139,11 @@ def client_updates(clients, plan: RoundPlan, ctx: Context) -> ClientUpdates:
     cache.update(round=round_, clients=[int(k) for k in ids], grads=grads)
     pairs: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(m)]
     skipped = torch.zeros(m)
+    curvature = torch.zeros(m, dtype=torch.float64)   # L̂ₖ = max ‖y‖/‖s‖ over all pairs, usable or not
 
     def add_pair(r: int, s: torch.Tensor, y: torch.Tensor) -> None:
+        if s.norm() > 0:
+            curvature[r] = max(curvature[r], y.norm() / s.norm())
         if usable_pair(s, y):
             pairs[r].append((s, y))
         else:
@@ -159,8 +174,25 @@ def client_updates(clients, plan: RoundPlan, ctx: Context) -> ClientUpdates:
     u = updates.double()
     d = torch.stack([u[r] @ inverse_hessian_product(u[r], pairs[r]) for r in range(m)])
     before = clients.losses(global_flat, ids) if plan.loss_before else None
+    g2 = (grads * grads).sum(dim=1)
+    scale = torch.where(g2 > 0, (u * grads).sum(dim=1) / g2.clamp_min(torch.finfo(g2.dtype).tiny), torch.zeros_like(g2))
     return ClientUpdates(np.asarray(ids), updates, clients.num_samples(ids), before, None,
-                         {"dqn_d": d, "bfgs_skipped": skipped})
+                         {"dqn_d": d, "bfgs_skipped": skipped, "dqn_curvature": curvature, "dqn_scale": scale})
+
+
+def theorem_4_2_scale(eta: float, d: torch.Tensor, scale: torch.Tensor, curvature: torch.Tensor) -> float:
+    """The factor in (0, 1] that makes the eq. (17) step Δ (‖Δ‖² = ηₜ) satisfy Theorem 4.2's
+    condition ∇fₖ·Δ ≥ (L̂/2)‖Δ‖² for every participant, with ∇fₖ·Δ ≈ d̃ₖ/σₖ (module docstring).
+    1 when the condition holds, when there is no curvature estimate or no step; a participant
+    whose update does not point along its gradient (σₖ ≤ 0) or whose rate is not positive cannot
+    be made to descend by scaling: the step is then 0."""
+    L = float(curvature.max()) if len(curvature) else 0.0
+    if not (eta > 0 and L > 0):
+        return 1.0
+    d, scale = d.double(), scale.double()
+    if bool((scale <= 0).any() or (d <= 0).any()):
+        return 0.0
+    return min(1.0, 2.0 * float((d / scale).min()) / (L * eta))
 
 
 # ----------------------------------------------------------------------------- server side
@@ -202,7 +234,7 @@ class DQNFedState:
     previous: torch.Tensor | None      # θᵗ⁻¹, sent to the clients for their first BFGS pair
 
 
-STEPS = ("eq17", "algorithm1")
+STEPS = ("eq17", "algorithm1", "eq17_safeguarded")
 
 
 @register
@@ -210,7 +242,8 @@ STEPS = ("eq17", "algorithm1")
 class DQNFed(Algorithm):
     """DQN-Fed. ``step="eq17"`` (default): eq. (17)'s rate ηₜ = Σ 1/‖g̃ₖ‖², the rule's direction is
     the whole step; ``"algorithm1"``: the direction 𝔡 with a global rate ηᵗ = ``server_lr`` and
-    FedMGDA+'s ``decay`` (see the module docstring)."""
+    FedMGDA+'s ``decay``; ``"eq17_safeguarded"``: eq. (17)'s step scaled down where Theorem 4.2's
+    condition fails (a declared variant; see the module docstring)."""
 
     name = "dqnfed"
     State = DQNFedState
@@ -221,7 +254,7 @@ class DQNFed(Algorithm):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.step == "eq17" and (self.server_lr != 1.0 or self.decay != 1.0):
+        if self.step != "algorithm1" and (self.server_lr != 1.0 or self.decay != 1.0):
             raise ConfigError("dqnfed: server_lr and decay set the global rate of step='algorithm1'; "
                               f"eq. (17) fixes the rate itself (got server_lr={self.server_lr}, decay={self.decay})")
 
@@ -240,10 +273,19 @@ class DQNFed(Algorithm):
                              "its clients compute them (DQNFed.client_update)")
         d = reports.extras["dqn_d"]
         step, lam, eta, kept = dqnfed_step(reports.updates, d, self.dependence_tol)
+        info = {}
         if self.step == "algorithm1":  # 𝔡 = Σ λ*ₖ g̃ₖ = (ηₜ𝔡)/ηₜ; no kept client: no step
             step = step / eta if eta > 0 else step
-        info = {"eta": eta, "dependent": float((~kept).sum()), "step_norm2": float(step @ step),
-                "min_d": float(d.min()), "bfgs_skipped": float(reports.extras.get("bfgs_skipped", torch.zeros(1)).sum())}
+        elif self.step == "eq17_safeguarded":
+            for key in ("dqn_curvature", "dqn_scale"):
+                if key not in reports.extras:
+                    raise ValueError(f"DQN-Fed's safeguard needs each client's {key} in reports.extras; "
+                                     "its clients compute them (DQNFed.client_update)")
+            factor = theorem_4_2_scale(eta, d, reports.extras["dqn_scale"], reports.extras["dqn_curvature"])
+            step = step * factor
+            info.update(safeguard=factor, curvature=float(reports.extras["dqn_curvature"].max()))
+        info.update(eta=eta, dependent=float((~kept).sum()), step_norm2=float(step @ step), min_d=float(d.min()),
+                    bfgs_skipped=float(reports.extras.get("bfgs_skipped", torch.zeros(1)).sum()))
         return Aggregate(step.to(reports.updates.dtype), DQNFedState(ctx.params), info,
                          weights=lam.to(reports.updates.dtype))
 
