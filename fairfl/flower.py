@@ -291,8 +291,10 @@ class FairflStrategy(Strategy):
         if server_round % self.config.eval_every and server_round != self.config.rounds:
             return []
         shown = to_arrays(self.model, self.algorithm.eval_params(self.state, self.params))
-        content = RecordDict({"arrays": shown, "config": ConfigRecord({RUN_KEY: self.run_key,
-                                                                       "fairfl-round": server_round})})
+        _, plan = self._round
+        _, tensors = _plan_config(replace(self.base, round=server_round - 1), plan, self.run_key)
+        content = RecordDict({"arrays": shown, "plan": tensors,
+                              "config": ConfigRecord({RUN_KEY: self.run_key, "fairfl-round": server_round})})
         return [Message(content, dst_node_id=self.nodes[k], message_type=MessageType.EVALUATE)
                 for k in sorted(self.nodes)]
 
@@ -418,7 +420,10 @@ def client_app(*configs: ExperimentConfig) -> ClientApp:
         with run_threads():
             w = from_arrays(node.model, msg.content["arrays"])
             own = _load_state(node.config.algorithm, context, key).get(k)
-            w = getattr(own, "personal", w)      # a personalised algorithm (Ditto) evaluates the client's own model
+            if node.config.algorithm.ClientState is not None:
+                # a personalised algorithm (Ditto) evaluates the client's own model; before the
+                # client's first round that is the w⁰ the rule sends with its plan (Ditto's "initial")
+                w = own.personal if own is not None else _tensors(msg.content.get("plan")).get("initial", w)
             set_flat_params(node.model, w.to(next(node.model.parameters()).device))
             ev = evaluate_model(node.model, [node.fed.clients[k]])
         metrics = {"client-id": k, "test-acc": _metric(ev.test_acc[0]), "test-loss": _metric(ev.test_loss[0]),
