@@ -34,6 +34,7 @@ Wire format (Flower's records; each choice is forced by what a record may hold):
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Sequence
@@ -187,14 +188,17 @@ class FairflStrategy(Strategy):
     the model, the federation and the sampling. Run it with ``strategy.start(grid,
     strategy.initial_arrays(), num_rounds=config.rounds)`` from a ServerApp (:func:`server_app`).
     After the run, ``params`` is the global model and ``history`` fairfl's History of it
-    (evaluations from the nodes' own data; round 0 is not evaluated)."""
+    (evaluations from the nodes' own data; round 0 is not evaluated). ``timeout``: seconds to
+    wait for the nodes to connect and for each round's replies (a run whose nodes never come, e.g.
+    when the simulation's Ray failed to start, ends with an error instead of waiting forever)."""
 
-    def __init__(self, config: ExperimentConfig, timeout: float | None = None):
+    def __init__(self, config: ExperimentConfig, timeout: float = 600.0):
         config.validate()
         self.config, self.algorithm, self.timeout = config, config.algorithm, timeout
         self.model = _template(config)        # the server keeps the model on the CPU, as the loop does
         num_clients = config.partition.federation_size
-        forced = tuple(sorted({make_attack(a).client for a in config.attacks if make_attack(a).every_round}))
+        attacks = [make_attack(spec) for spec in config.attacks]   # the loop's: attackers in every round
+        forced = tuple(sorted({a.client for a in attacks if a.every_round}))
         self.base = Context(rounds=config.rounds, seed=config.seed, local=config.local, num_clients=num_clients,
                             num_sampled=config.num_sampled, eligible=config.eligible_clients, forced=forced)
         self.params = flat_params(self.model)
@@ -224,9 +228,11 @@ class FairflStrategy(Strategy):
         """Ask every node for its fairfl client id (its ``partition-id``), once."""
         if self.nodes:
             return self.nodes
-        deadline = time.monotonic() + (self.timeout or 600)
+        deadline = time.monotonic() + self.timeout
         ids = list(grid.get_node_ids())
         while len(ids) < self.base.num_clients and time.monotonic() < deadline:
+            if getattr(grid, "_stop", None) is not None and grid._stop.is_set():
+                raise RunFailedError("the Flower simulation stopped")
             time.sleep(0.2)
             ids = list(grid.get_node_ids())
         asks = [Message(RecordDict({"config": ConfigRecord({RUN_KEY: self.run_key})}), dst_node_id=n,
@@ -316,16 +322,45 @@ class FairflStrategy(Strategy):
         return MetricRecord({"mean-test-acc": float(np.nanmean(acc)), "train-loss": float(np.mean(mean_train))})
 
 
-def server_app(*strategies: FairflStrategy) -> ServerApp:
+class _StoppableGrid:
+    """A Grid whose waits for replies also end when ``stop`` is set: when the Simulation Runtime
+    crashes (Ray failed to start) Flower's call returns with an error but leaves the ServerApp's
+    thread waiting, which would keep the process alive until the timeout."""
+
+    def __init__(self, grid: Grid, stop: threading.Event):
+        self._grid, self._stop = grid, stop
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        waiting = set(self._grid.push_messages(messages))        # Grid.send_and_receive's loop, stoppable
+        end = None if timeout is None else time.monotonic() + timeout
+        replies: list[Message] = []
+        while waiting and (end is None or time.monotonic() < end):
+            if self._stop.is_set():
+                raise RunFailedError("the Flower simulation stopped")
+            got = list(self._grid.pull_messages(waiting))
+            replies.extend(got)
+            waiting -= {m.metadata.reply_to_message_id for m in got}
+            if waiting:
+                time.sleep(0.05)
+        return replies
+
+
+def server_app(*strategies: FairflStrategy, stop: threading.Event | None = None) -> ServerApp:
     """A ServerApp that runs each strategy's experiment to its end, one after the other, on the
-    same federation (its nodes must serve every experiment: :func:`client_app` of the same configs)."""
+    same federation (its nodes must serve every experiment: :func:`client_app` of the same configs).
+    Setting ``stop`` ends the run at its next wait for replies."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: FlowerContext) -> None:
+        if stop is not None:
+            grid = _StoppableGrid(grid, stop)
         for strategy in strategies:
             strategy.start(grid, strategy.initial_arrays(), num_rounds=strategy.config.rounds,
-                           timeout=strategy.timeout or 3600)
+                           timeout=strategy.timeout)
 
     return app
 
@@ -449,10 +484,11 @@ class FlowerRun:
 
 
 def run_simulation(*configs: ExperimentConfig, num_cpus: int | None = None, client_cpus: float = 1.0,
-                   verbose: bool = False) -> list[FlowerRun]:
+                   timeout: float = 600.0, verbose: bool = False) -> list[FlowerRun]:
     """Run ``configs`` (one federation: the same dataset and partition) through Flower's
     Simulation Runtime on its Ray backend, one node per client, one experiment after the other.
-    ``num_cpus``: the local Ray instance's CPUs (default: all); ``client_cpus``: CPUs per node."""
+    ``num_cpus``: the local Ray instance's CPUs (default: all); ``client_cpus``: CPUs per node;
+    ``timeout``: seconds to wait for the nodes and for each round's replies."""
     from flwr.simulation import run_simulation as flwr_run_simulation
     if not configs:
         raise ConfigError("run_simulation needs at least one config")
@@ -462,15 +498,16 @@ def run_simulation(*configs: ExperimentConfig, num_cpus: int | None = None, clie
         if (c.dataset, dict(c.dataset_options), c.to_dict()["partition"]) != \
                 (first.dataset, dict(first.dataset_options), first.to_dict()["partition"]):
             raise ConfigError("one Flower simulation is one federation: every config needs the same dataset and partition")
-    strategies = [FairflStrategy(c) for c in configs]
+    strategies = [FairflStrategy(c, timeout) for c in configs]
     backend = {"client_resources": {"num_cpus": client_cpus, "num_gpus": 0.0}}
     if num_cpus is not None:
         backend["init_args"] = {"num_cpus": num_cpus}
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        flwr_run_simulation(server_app(*strategies), client_app(*configs), first.partition.federation_size,
+    stop = threading.Event()
+    try:
+        flwr_run_simulation(server_app(*strategies, stop=stop), client_app(*configs), first.partition.federation_size,
                             backend_name="ray", backend_config=backend, verbose_logging=verbose)
+    finally:
+        stop.set()       # a crashed runtime leaves the ServerApp's thread waiting: end it
     for s in strategies:
         if s.history.rounds_done != s.config.rounds:
             raise RunFailedError(f"the Flower run of {s.config.label()} stopped after {s.history.rounds_done} of "
