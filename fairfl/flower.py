@@ -1,0 +1,515 @@
+"""fairfl's algorithms in a real federation with Flower (``flwr``'s Message API).
+
+:class:`FairflStrategy` is a ``flwr.serverapp.strategy.Strategy`` whose round is the algorithm's
+own: ``configure`` picks the clients (the loop's sampling of (seed, round), ``fairfl.seeding``)
+and what they are asked to do, the algorithm's ``aggregate`` is the rule and its
+``server_optimizer`` the step. :func:`client_app` is a ``flwr.clientapp.ClientApp`` whose
+``train`` runs the algorithm's own ``client_update`` for the node's client, so a message carries
+what the rule reads (DQN-Fed's d̃ₖ, the losses of FedFV, q-FedAvg, AFL and TERM, FMOL's
+per-objective updates). No mathematics is copied here: only the wire format.
+
+One node is one fairfl client: its id is the node's ``partition-id`` (Flower's simulation sets it;
+a deployed SuperNode sets it with ``--node-config "partition-id=K"``). The strategy asks every
+node for its id once (a ``query`` message) and then sends client k's work to k's node. A node
+loads the experiment's federated data with fairfl's loader and trains only on its own client's
+part, with that client's batch stream of (seed, round, client); so a Flower run of a config
+computes the same rounds as ``fairfl.loop.simulate`` on it (tested, to float tolerance: the loop
+fuses a round's clients into one computation, a node trains its client alone).
+
+Wire format (Flower's records; each choice is forced by what a record may hold):
+
+* the global model: an ``ArrayRecord`` of the model's named parameters (``"arrays"``);
+* the round's orders: a ``ConfigRecord`` (``"config"``): the round, the local training (a
+  ``batch_size``/``steps`` of None is left out: a ConfigRecord holds no None) and which losses to
+  report; tensors sent with the plan (DQN-Fed's θᵗ⁻¹, Ditto's w⁰) in an ``ArrayRecord``
+  (``"plan"``);
+* a client's report: per-client arrays in an ``ArrayRecord`` (``"report"``: the update, (d,) or
+  (S, d) for FMOL, and any per-objective losses, masks and extras), per-client scalars in a
+  ``MetricRecord`` (``"metrics"``: ``client-id``, ``num-examples``, the losses, DQN-Fed's
+  ``extra.dqn_d``). A MetricRecord holds Python floats: scalars arrive as float64, which every
+  rule reads in float64 anyway (the float32 → float64 conversion is exact);
+* a client's state across rounds (Ditto's personal model) stays on its node, in the node's
+  ``Context.state``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+
+from .algorithms.base import Context, RoundPlan
+from .attacks import make_attack
+from .client import ClientRuntime, Evaluation, LocalTraining, evaluate_model, flat_params, set_flat_params
+from .config import ExperimentConfig
+from .errors import ConfigError, RunFailedError, TrainingDivergedError
+from .loop import History, federated_data, run_threads
+from .messages import ClientUpdates
+from .models import build_model
+
+try:
+    from flwr.app import Array, ArrayRecord, ConfigRecord, Context as FlowerContext, Message, MessageType, \
+        MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp.strategy import Strategy
+except ImportError as e:  # pragma: no cover - flwr is in requirements.txt
+    raise ImportError("fairfl.flower needs Flower: pip install 'flwr[simulation]' (pinned in requirements.txt)") from e
+
+RUN_KEY = "fairfl-run"          # which experiment a message belongs to (one ClientApp may serve several)
+CLIENT_STATE = "fairfl-client-state"
+
+
+# ----------------------------------------------------------------------------- model <-> records
+
+def _names(model: torch.nn.Module) -> list[str]:
+    return [name for name, _ in model.named_parameters()]
+
+
+def to_arrays(model: torch.nn.Module, flat: torch.Tensor) -> ArrayRecord:
+    """A flat parameter vector as Flower's ArrayRecord of the model's named parameters."""
+    out, i = {}, 0
+    for name, p in model.named_parameters():
+        out[name] = Array(flat[i:i + p.numel()].reshape(p.shape).detach().cpu().numpy())
+        i += p.numel()
+    return ArrayRecord(out)
+
+
+def from_arrays(model: torch.nn.Module, record: ArrayRecord) -> torch.Tensor:
+    """The flat parameter vector (``parameters()`` order) of an ArrayRecord of named parameters."""
+    names = _names(model)
+    if sorted(record.keys()) != sorted(names):
+        raise ConfigError(f"the message's arrays {sorted(record.keys())} are not this model's parameters {sorted(names)}")
+    return torch.cat([torch.from_numpy(np.array(record[name].numpy())).reshape(-1) for name in names])
+
+
+def _tensor_record(tensors: dict[str, Any]) -> ArrayRecord:
+    return ArrayRecord({k: Array(torch.as_tensor(v).detach().cpu().numpy()) for k, v in tensors.items()})
+
+
+def _tensors(record: ArrayRecord | None) -> dict[str, torch.Tensor]:
+    return {} if record is None else {k: torch.from_numpy(np.array(record[k].numpy())) for k in record.keys()}
+
+
+# ----------------------------------------------------------------------------- the plan on the wire
+
+def _plan_config(ctx: Context, plan: RoundPlan, run: str) -> tuple[ConfigRecord, ArrayRecord]:
+    cfg = {RUN_KEY: run, "fairfl-round": int(ctx.round), "loss-before": bool(plan.loss_before),
+           "loss-after": bool(plan.loss_after)}
+    for f in dataclasses.fields(plan.local):
+        value = getattr(plan.local, f.name)
+        if value is not None:           # a ConfigRecord holds no None: absent means None
+            cfg[f"local.{f.name}"] = value
+    tensors, none = {}, []
+    for k, v in plan.extras.items():
+        if v is None:
+            none.append(k)
+        elif isinstance(v, torch.Tensor):
+            tensors[k] = v
+        else:
+            raise ConfigError(f"plan extra {k!r} is a {type(v).__name__}: only tensors (or None) travel to the clients")
+    if none:
+        cfg["plan.none"] = none
+    return ConfigRecord(cfg), _tensor_record(tensors)
+
+
+def _plan_from(content: RecordDict, client: int) -> tuple[int, RoundPlan]:
+    cfg = content["config"]
+    local = LocalTraining(**{f.name: cfg[f"local.{f.name}"] if f"local.{f.name}" in cfg else None
+                             for f in dataclasses.fields(LocalTraining)})
+    extras: dict[str, Any] = dict(_tensors(content.get("plan")))
+    for k in cfg.get("plan.none", []):
+        extras[k] = None
+    plan = RoundPlan(np.asarray([client]), local, bool(cfg["loss-before"]), bool(cfg["loss-after"]), extras)
+    return int(cfg["fairfl-round"]), plan
+
+
+# ----------------------------------------------------------------------------- a report on the wire
+
+def _report_fields(reports: ClientUpdates) -> dict[str, torch.Tensor | None]:
+    return {"update": reports.updates, "loss-before": reports.loss_before, "loss-after": reports.loss_after,
+            "held": reports.held, **{f"extra.{k}": v for k, v in reports.extras.items()}}
+
+
+def encode_report(reports: ClientUpdates) -> RecordDict:
+    """One client's row of ClientUpdates as Flower records: per-client scalars in a MetricRecord,
+    everything with a shape (its update, per-objective values) in an ArrayRecord."""
+    if reports.m != 1:
+        raise ValueError(f"a node reports one client, got {reports.m}")
+    metrics: dict[str, Any] = {"client-id": int(reports.clients[0]), "num-examples": int(reports.num_samples[0])}
+    arrays: dict[str, torch.Tensor] = {}
+    for name, value in _report_fields(reports).items():
+        if value is None:
+            continue
+        row = value[0]
+        if row.ndim == 0 and row.dtype != torch.bool:
+            metrics[name] = float(row)
+        else:
+            arrays[name] = row
+    if reports.shared is not None:
+        arrays["shared"] = reports.shared
+    return RecordDict({"report": _tensor_record(arrays), "metrics": MetricRecord(metrics)})
+
+
+def decode_reports(contents: Sequence[RecordDict], order: Sequence[int]) -> ClientUpdates:
+    """The round's ClientUpdates from the clients' replies, rows in ``order`` (the plan's order,
+    which is the loop's)."""
+    by_client = {int(c["metrics"]["client-id"]): c for c in contents}
+    missing = [int(k) for k in order if int(k) not in by_client]
+    if missing:
+        raise RunFailedError(f"client(s) {missing} did not report")
+    rows = [by_client[int(k)] for k in order]
+    arrays = [_tensors(r["report"]) for r in rows]
+    metrics = [r["metrics"] for r in rows]
+    names = set(arrays[0]) | {k for k in metrics[0] if k not in ("client-id", "num-examples")}
+
+    def stacked(name: str) -> torch.Tensor | None:
+        if name not in names:
+            return None
+        if name in arrays[0]:
+            return torch.stack([a[name] for a in arrays])
+        return torch.tensor([float(m[name]) for m in metrics], dtype=torch.float64)
+
+    extras = {n[len("extra."):]: stacked(n) for n in sorted(names) if n.startswith("extra.")}
+    return ClientUpdates(np.asarray(order), stacked("update"),
+                         torch.tensor([int(m["num-examples"]) for m in metrics]),
+                         stacked("loss-before"), stacked("loss-after"), extras, stacked("held"),
+                         arrays[0].get("shared"))
+
+
+# ----------------------------------------------------------------------------- server
+
+class FairflStrategy(Strategy):
+    """A fairfl algorithm as a Flower strategy: the experiment ``config`` names the algorithm,
+    the model, the federation and the sampling. Run it with ``strategy.start(grid,
+    strategy.initial_arrays(), num_rounds=config.rounds)`` from a ServerApp (:func:`server_app`).
+    After the run, ``params`` is the global model and ``history`` fairfl's History of it
+    (evaluations from the nodes' own data; round 0 is not evaluated). ``timeout``: seconds to
+    wait for the nodes to connect and for each round's replies (a run whose nodes never come, e.g.
+    when the simulation's Ray failed to start, ends with an error instead of waiting forever)."""
+
+    def __init__(self, config: ExperimentConfig, timeout: float = 600.0):
+        config.validate()
+        self.config, self.algorithm, self.timeout = config, config.algorithm, timeout
+        self.model = _template(config)        # the server keeps the model on the CPU, as the loop does
+        num_clients = config.partition.federation_size
+        attacks = [make_attack(spec) for spec in config.attacks]   # the loop's: attackers in every round
+        forced = tuple(sorted({a.client for a in attacks if a.every_round}))
+        self.base = Context(rounds=config.rounds, seed=config.seed, local=config.local, num_clients=num_clients,
+                            num_sampled=config.num_sampled, eligible=config.eligible_clients, forced=forced)
+        self.params = flat_params(self.model)
+        self.state = self.algorithm.init(self.params, num_clients)
+        self.optimizer = self.algorithm.server_optimizer()
+        self.optimizer_state = self.optimizer.init(self.params)
+        self.history = History(config.to_dict())
+        self.nodes: dict[int, int] = {}        # fairfl client id -> Flower node id
+        self._round: tuple[Context, RoundPlan] | None = None
+        self._t0 = 0.0
+
+    @property
+    def run_key(self) -> str:
+        return self.config.key()
+
+    def initial_arrays(self) -> ArrayRecord:
+        return to_arrays(self.model, self.params)
+
+    def summary(self) -> None:
+        from flwr.supercore import log
+        from logging import INFO
+        log(INFO, "\t└──> fairfl %s, %d clients, %d per round", self.config.label(), self.base.num_clients,
+            self.base.num_sampled)
+
+    # -- which node is which client
+    def discover(self, grid: Grid) -> dict[int, int]:
+        """Ask every node for its fairfl client id (its ``partition-id``), once."""
+        if self.nodes:
+            return self.nodes
+        deadline = time.monotonic() + self.timeout
+        ids = list(grid.get_node_ids())
+        while len(ids) < self.base.num_clients and time.monotonic() < deadline:
+            if getattr(grid, "_stop", None) is not None and grid._stop.is_set():
+                raise RunFailedError("the Flower simulation stopped")
+            time.sleep(0.2)
+            ids = list(grid.get_node_ids())
+        asks = [Message(RecordDict({"config": ConfigRecord({RUN_KEY: self.run_key})}), dst_node_id=n,
+                        message_type=MessageType.QUERY) for n in ids]
+        nodes: dict[int, int] = {}
+        for reply in grid.send_and_receive(asks, timeout=self.timeout):
+            if reply.has_error():
+                raise RunFailedError(f"node {reply.metadata.src_node_id} did not say its client id: {reply.error.reason}")
+            k = int(reply.content["metrics"]["client-id"])
+            if k in nodes:
+                raise ConfigError(f"two nodes ({nodes[k]}, {reply.metadata.src_node_id}) say they are client {k}")
+            nodes[k] = reply.metadata.src_node_id
+        missing = sorted(set(range(self.base.num_clients)) - set(nodes))
+        if missing:
+            raise ConfigError(f"the federation has no node for client(s) {missing} of {self.base.num_clients}; "
+                              "start one SuperNode per client with node-config partition-id")
+        self.nodes = nodes
+        return nodes
+
+    # -- training round
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        self.discover(grid)
+        self._t0 = time.perf_counter()
+        w = from_arrays(self.model, arrays)
+        ctx = replace(self.base, round=server_round - 1, params=w)
+        plan = self.algorithm.configure(ctx, self.state)
+        self._round = (ctx, plan)
+        orders, tensors = _plan_config(ctx, plan, self.run_key)
+        content = RecordDict({"arrays": arrays, "config": orders, "plan": tensors})
+        return [Message(content, dst_node_id=self.nodes[int(k)], message_type=MessageType.TRAIN)
+                for k in plan.clients]
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord, MetricRecord]:
+        ctx, plan = self._round
+        replies = list(replies)
+        failed = [f"node {r.metadata.src_node_id}: {r.error.reason}" for r in replies if r.has_error()]
+        if failed:   # the rule is defined on the round's clients: a missing one is a different algorithm
+            raise RunFailedError(f"round {ctx.round}: " + "; ".join(failed))
+        reports = decode_reports([r.content for r in replies], plan.clients)
+        agg = self.algorithm.aggregate(reports, self.state, ctx)
+        if not torch.isfinite(agg.direction).all():
+            raise TrainingDivergedError(f"round {ctx.round}: {self.algorithm.name} produced a NaN/Inf direction")
+        step, self.optimizer_state, opt_info = self.optimizer.update(agg.direction, self.optimizer_state, ctx.round,
+                                                                     self.config.rounds)
+        self.params, self.state = ctx.params - step, agg.state
+        h = self.history
+        h.round_lr.append(float(opt_info.get("lr", 1.0)))
+        h.round_improved.append(float("nan"))     # needs the clients' losses at the new model: not measured here
+        h.sampled.append([int(k) for k in plan.clients])
+        scalars = {}
+        for k, v in agg.info.items():
+            h.info.setdefault(k, []).append(float(v) if np.ndim(v) == 0 else np.asarray(v, float).tolist())
+            if np.ndim(v) == 0:
+                scalars[k] = float(v)
+        h.round_time.append(time.perf_counter() - self._t0)
+        return to_arrays(self.model, self.params), MetricRecord(scalars)
+
+    # -- evaluation on the nodes' own data
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        if server_round % self.config.eval_every and server_round != self.config.rounds:
+            return []
+        shown = to_arrays(self.model, self.algorithm.eval_params(self.state, self.params))
+        _, plan = self._round
+        _, tensors = _plan_config(replace(self.base, round=server_round - 1), plan, self.run_key)
+        content = RecordDict({"arrays": shown, "plan": tensors,
+                              "config": ConfigRecord({RUN_KEY: self.run_key, "fairfl-round": server_round})})
+        return [Message(content, dst_node_id=self.nodes[k], message_type=MessageType.EVALUATE)
+                for k in sorted(self.nodes)]
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        replies = list(replies)
+        if not replies:
+            return None
+        failed = [f"node {r.metadata.src_node_id}: {r.error.reason}" for r in replies if r.has_error()]
+        if failed:
+            raise RunFailedError(f"evaluation after round {server_round}: " + "; ".join(failed))
+        by_client = {int(r.content["metrics"]["client-id"]): r.content["metrics"] for r in replies}
+        rows = [by_client[k] for k in sorted(by_client)]
+        train = np.asarray([m["train-loss"] for m in rows], dtype=np.float64)
+        mean_train = train.mean(axis=0)
+        ev = Evaluation([m["test-acc"] for m in rows], [m["test-loss"] for m in rows],
+                        float(mean_train) if np.ndim(mean_train) == 0 else mean_train.tolist(), train.tolist())
+        self.history.record(server_round, ev)
+        acc = np.asarray(ev.test_acc, dtype=np.float64)
+        return MetricRecord({"mean-test-acc": float(np.nanmean(acc)), "train-loss": float(np.mean(mean_train))})
+
+
+class _StoppableGrid:
+    """A Grid whose waits for replies also end when ``stop`` is set: when the Simulation Runtime
+    crashes (Ray failed to start) Flower's call returns with an error but leaves the ServerApp's
+    thread waiting, which would keep the process alive until the timeout."""
+
+    def __init__(self, grid: Grid, stop: threading.Event):
+        self._grid, self._stop = grid, stop
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        waiting = set(self._grid.push_messages(messages))        # Grid.send_and_receive's loop, stoppable
+        end = None if timeout is None else time.monotonic() + timeout
+        replies: list[Message] = []
+        while waiting and (end is None or time.monotonic() < end):
+            if self._stop.is_set():
+                raise RunFailedError("the Flower simulation stopped")
+            got = list(self._grid.pull_messages(waiting))
+            replies.extend(got)
+            waiting -= {m.metadata.reply_to_message_id for m in got}
+            if waiting:
+                time.sleep(0.05)
+        return replies
+
+
+def server_app(*strategies: FairflStrategy, stop: threading.Event | None = None) -> ServerApp:
+    """A ServerApp that runs each strategy's experiment to its end, one after the other, on the
+    same federation (its nodes must serve every experiment: :func:`client_app` of the same configs).
+    Setting ``stop`` ends the run at its next wait for replies."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: FlowerContext) -> None:
+        if stop is not None:
+            grid = _StoppableGrid(grid, stop)
+        for strategy in strategies:
+            strategy.start(grid, strategy.initial_arrays(), num_rounds=strategy.config.rounds,
+                           timeout=strategy.timeout)
+
+    return app
+
+
+# ----------------------------------------------------------------------------- client
+
+def _template(config: ExperimentConfig) -> torch.nn.Module:
+    """The experiment's model at its initial parameters (the loop's build, same seed), on the CPU."""
+    from .data import load_dataset
+    ds = load_dataset(config.dataset, **dict(config.dataset_options))
+    return build_model(config.model, ds.input_shape, ds.num_classes, seed=config.seed, tasks=ds.num_tasks,
+                       **dict(config.model_options))
+
+
+def client_id(context: FlowerContext) -> int:
+    """The node's fairfl client: its ``partition-id``."""
+    if "partition-id" not in context.node_config:
+        raise ConfigError("this SuperNode has no partition-id in its node config: start it with "
+                          "--node-config \"partition-id=K\" (K: its fairfl client id)")
+    return int(context.node_config["partition-id"])
+
+
+@dataclass
+class _Node:
+    config: ExperimentConfig
+    model: torch.nn.Module
+    fed: Any
+
+
+_NODES: dict[str, _Node] = {}
+
+
+def _node(configs: dict[str, ExperimentConfig], content: RecordDict) -> _Node:
+    key = str(content["config"][RUN_KEY])
+    if key not in configs:
+        raise ConfigError(f"this ClientApp does not serve experiment {key}; it serves {sorted(configs)}")
+    if key not in _NODES:      # per process: Flower's simulation reuses its workers across nodes and rounds
+        config = configs[key]
+        fed = federated_data(config, config.device)
+        _NODES[key] = _Node(config, _template(config).to(fed.clients[0].x_train.device), fed)
+    return _NODES[key]
+
+
+def _load_state(algorithm, context: FlowerContext, key: str) -> dict[int, Any]:
+    record = context.state.get(f"{CLIENT_STATE}.{key}")
+    if algorithm.ClientState is None or record is None:
+        return {}
+    return {client_id(context): algorithm.ClientState(**_tensors(record))}
+
+
+def _save_state(states: dict[int, Any], context: FlowerContext, key: str, k: int) -> None:
+    if k in states:
+        context.state[f"{CLIENT_STATE}.{key}"] = _tensor_record(dataclasses.asdict(states[k]))
+
+
+def client_app(*configs: ExperimentConfig) -> ClientApp:
+    """A ClientApp serving the experiments ``configs``: ``train`` runs the algorithm's
+    ``client_update`` for the node's client (and the config's attacks on it, as a malicious node
+    would), ``evaluate`` evaluates the model it is sent (a personalised algorithm: the node's own
+    model) on the node's data."""
+    by_key = {c.validate().key(): c for c in configs}
+    app = ClientApp()
+
+    @app.query()
+    def who(msg: Message, context: FlowerContext) -> Message:
+        return Message(RecordDict({"metrics": MetricRecord({"client-id": client_id(context)})}), reply_to=msg)
+
+    @app.train()
+    def train(msg: Message, context: FlowerContext) -> Message:
+        node, k = _node(by_key, msg.content), client_id(context)
+        key, config = str(msg.content["config"][RUN_KEY]), node.config
+        algorithm = config.algorithm
+        round_, plan = _plan_from(msg.content, k)
+        with run_threads():
+            w = from_arrays(node.model, msg.content["arrays"])
+            ctx = Context(round=round_, rounds=config.rounds, seed=config.seed, params=w, local=config.local,
+                          num_clients=node.fed.num_clients, num_sampled=config.num_sampled,
+                          eligible=config.eligible_clients)
+            clients = ClientRuntime(node.model, node.fed.clients, config.seed, config.batched)
+            clients.round = round_
+            clients.states = _load_state(algorithm, context, key)
+            reports = algorithm.client_update(ctx, plan, clients)
+            for spec in config.attacks:   # a malicious node changes what it sends (attacks touch their own row only)
+                reports = make_attack(spec).apply(reports)
+            _save_state(clients.states, context, key, k)
+        return Message(encode_report(reports), reply_to=msg)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: FlowerContext) -> Message:
+        node, k = _node(by_key, msg.content), client_id(context)
+        key = str(msg.content["config"][RUN_KEY])
+        with run_threads():
+            w = from_arrays(node.model, msg.content["arrays"])
+            own = _load_state(node.config.algorithm, context, key).get(k)
+            if node.config.algorithm.ClientState is not None:
+                # a personalised algorithm (Ditto) evaluates the client's own model; before the
+                # client's first round that is the w⁰ the rule sends with its plan (Ditto's "initial")
+                w = own.personal if own is not None else _tensors(msg.content.get("plan")).get("initial", w)
+            set_flat_params(node.model, w.to(next(node.model.parameters()).device))
+            ev = evaluate_model(node.model, [node.fed.clients[k]])
+        metrics = {"client-id": k, "test-acc": _metric(ev.test_acc[0]), "test-loss": _metric(ev.test_loss[0]),
+                   "train-loss": _metric(ev.client_train_loss[0]), "num-examples": len(node.fed.clients[k].y_test)}
+        return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+
+    return app
+
+
+def _metric(v: Any) -> float | list[float]:
+    """A MetricRecord value: a float, or a list of floats (one per objective)."""
+    return [float(x) for x in v] if isinstance(v, (list, tuple)) else float(v)
+
+
+# ----------------------------------------------------------------------------- one call
+
+@dataclass
+class FlowerRun:
+    """What a Flower run of one config gives back: the global model and the History."""
+
+    params: torch.Tensor
+    history: History
+
+
+def run_simulation(*configs: ExperimentConfig, num_cpus: int | None = None, client_cpus: float = 1.0,
+                   timeout: float = 600.0, verbose: bool = False) -> list[FlowerRun]:
+    """Run ``configs`` (one federation: the same dataset and partition) through Flower's
+    Simulation Runtime on its Ray backend, one node per client, one experiment after the other.
+    ``num_cpus``: the local Ray instance's CPUs (default: all); ``client_cpus``: CPUs per node;
+    ``timeout``: seconds to wait for the nodes and for each round's replies."""
+    from flwr.simulation import run_simulation as flwr_run_simulation
+    if not configs:
+        raise ConfigError("run_simulation needs at least one config")
+    first = configs[0]
+    for c in configs:
+        c.validate()
+        if (c.dataset, dict(c.dataset_options), c.to_dict()["partition"]) != \
+                (first.dataset, dict(first.dataset_options), first.to_dict()["partition"]):
+            raise ConfigError("one Flower simulation is one federation: every config needs the same dataset and partition")
+    strategies = [FairflStrategy(c, timeout) for c in configs]
+    backend = {"client_resources": {"num_cpus": client_cpus, "num_gpus": 0.0}}
+    if num_cpus is not None:
+        backend["init_args"] = {"num_cpus": num_cpus}
+    stop = threading.Event()
+    try:
+        flwr_run_simulation(server_app(*strategies, stop=stop), client_app(*configs), first.partition.federation_size,
+                            backend_name="ray", backend_config=backend, verbose_logging=verbose)
+    finally:
+        stop.set()       # a crashed runtime leaves the ServerApp's thread waiting: end it
+    for s in strategies:
+        if s.history.rounds_done != s.config.rounds:
+            raise RunFailedError(f"the Flower run of {s.config.label()} stopped after {s.history.rounds_done} of "
+                                 f"{s.config.rounds} rounds (see Flower's log above)")
+    return [FlowerRun(s.params, s.history) for s in strategies]
