@@ -95,8 +95,10 @@ def notebook_paths(names: list[str]) -> list[Path]:
 # seconds: what `reproduce` announces, and the README's table. quick: a fresh-clone `make figures`
 # on 2026-11-23 (sweep engine, commit ede32e2) for 00-02, and the executor of one run per job
 # (2026-11-22/23) for 03-05, which the engine has not been timed on; smoke: `reproduce --profile
-# smoke` on 2026-11-24. A missing entry is not measured.
+# smoke` on 2026-11-23 (commit d5f1b5c) while other jobs loaded both cores (load 8-14), so an idle
+# machine is faster. A missing entry is not measured.
 NOTEBOOK_SECONDS: dict[tuple[str, str], float] = {
+    ("00", "smoke"): 73, ("01", "smoke"): 105,
     ("00", "quick"): 265, ("01", "quick"): 1462, ("02", "quick"): 1113, ("03", "quick"): 2593,
     ("04", "quick"): 3489, ("05", "quick"): 1154,
 }
