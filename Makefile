@@ -9,7 +9,7 @@ setup:
 	bash scripts/setup.sh
 
 figures: setup
-	TQDM_DISABLE=1 $(PY) -m fairfl reproduce --profile $(PROFILE)
+	$(PY) -m fairfl reproduce --profile $(PROFILE)
 
 # Unit tests and notebooks in one pytest session (2 workers). The notebooks run as stored with
 # FAIRFL_PROFILE=smoke; runs and figures of the test session go to a temporary folder. One OpenMP

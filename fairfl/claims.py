@@ -17,7 +17,11 @@ diagnosis, and it does not stop the notebook. Everything else is strict, like py
 * a claim that *holds* although a deviation is documented stops it too: the diagnosis is stale.
 
 Claims are checked in the ``quick`` and ``paper`` profiles; ``smoke`` runs are too short to
-test anything and only record "not checked". ``finish()`` prints the verdict table and, when
+test anything and only record "not checked". A claim's threshold and its documented deviations
+were calibrated on the profile's own settings, so when the notebook runs with other values
+(``rounds=10`` from the parameters cell, say: exploring, not reproducing) its claims are recorded
+as "not checked (parameters overridden)" and stop nothing; ``fairfl.notebook.start`` knows which
+settings differ from the profile's and ``Session.claims`` passes them on. ``finish()`` prints the verdict table and, when
 ``$FAIRFL_CLAIMS_FILE`` is set (``python -m fairfl reproduce`` sets it), writes the verdicts there
 as JSON so that the command's one-line summary can count them.
 """
@@ -34,8 +38,9 @@ from .errors import FairFLError
 
 PROFILES = ("smoke", "quick", "paper")      # every notebook's profiles (see the README)
 CHECKED_PROFILES = ("quick", "paper")
-HOLDS, NOT_REPRODUCED, FAILED, STALE, NOT_CHECKED = (
-    "holds", "not reproduced (documented)", "FAILED", "holds, but a deviation is documented (stale)", "not checked")
+HOLDS, NOT_REPRODUCED, FAILED, STALE, NOT_CHECKED, OVERRIDDEN = (
+    "holds", "not reproduced (documented)", "FAILED", "holds, but a deviation is documented (stale)", "not checked",
+    "not checked (parameters overridden)")
 
 
 class ClaimFailedError(FairFLError, AssertionError):
@@ -51,13 +56,18 @@ class Verdict:
 
 
 class Claims:
-    def __init__(self, notebook: str, profile: str):
+    """The claims of one notebook run. ``overridden``: the settings this run changed from the
+    profile's, as {name: (the profile's value, this run's)}; when there are any, nothing is
+    checked."""
+
+    def __init__(self, notebook: str, profile: str, overridden: Mapping[str, tuple] | None = None):
         self.notebook, self.profile = notebook, profile
+        self.overridden = dict(overridden or {})
         self.verdicts: list[Verdict] = []
 
     @property
     def checked(self) -> bool:
-        return self.profile in CHECKED_PROFILES
+        return self.profile in CHECKED_PROFILES and not self.overridden
 
     def check(self, claim: str, holds: bool, evidence: str,
               deviation: Mapping[str, str] | None = None) -> Verdict:
@@ -66,8 +76,10 @@ class Claims:
         note = (deviation or {}).get(self.profile)
         if note is not None and not note.strip():
             raise ValueError(f"claim {claim!r}: the documented deviation for {self.profile!r} is empty")
-        if not self.checked:
+        if self.profile not in CHECKED_PROFILES:
             status = NOT_CHECKED
+        elif self.overridden:
+            status = OVERRIDDEN
         elif holds:
             status = STALE if note else HOLDS
         else:
@@ -83,9 +95,13 @@ class Claims:
         target = os.environ.get("FAIRFL_CLAIMS_FILE")
         if target:
             payload = {"notebook": self.notebook, "profile": self.profile,
+                       "overridden": {k: list(v) for k, v in self.overridden.items()},
                        "verdicts": [asdict(v) for v in self.verdicts]}
             atomic_write(Path(target), lambda p: Path(p).write_text(json.dumps(payload, indent=1)))
         width = max((len(v.claim) for v in self.verdicts), default=5)
+        if self.overridden and self.profile in CHECKED_PROFILES:
+            print(f"\nclaims not checked: {describe_overrides(self.overridden)} differ from the {self.profile} "
+                  "profile the claims were calibrated on")
         print(f"\n{'claim':<{width}}  verdict")
         for v in self.verdicts:
             print(f"{v.claim:<{width}}  {v.status}")
@@ -94,6 +110,11 @@ class Claims:
             raise ClaimFailedError("; ".join(
                 f"{v.claim}: {v.evidence}" + (" (the documented deviation no longer applies: update it)"
                                               if v.status == STALE else "") for v in bad))
+
+
+def describe_overrides(overridden: Mapping[str, tuple]) -> str:
+    """"rounds=10 (profile: 100), seeds=[0] (profile: [0, 1])"."""
+    return ", ".join(f"{k}={new!r} (profile: {old!r})" for k, (old, new) in overridden.items())
 
 
 def summary(path: Path) -> str:

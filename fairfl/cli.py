@@ -91,18 +91,73 @@ def notebook_paths(names: list[str]) -> list[Path]:
     return out
 
 
+# Measured wall time of each notebook per profile on the project machine (2 cores, no GPU), in
+# seconds: what `reproduce` announces, and the README's table. quick: a fresh-clone `make figures`
+# on 2026-11-23 (sweep engine, commit ede32e2) for 00-02, and the executor of one run per job
+# (2026-11-22/23) for 03-05, which the engine has not been timed on; smoke: `reproduce --profile
+# smoke` on 2026-11-23 (commit d5f1b5c) while other jobs loaded both cores (load 8-14), so an idle
+# machine is faster. A missing entry is not measured.
+NOTEBOOK_SECONDS: dict[tuple[str, str], float] = {
+    ("00", "smoke"): 73, ("01", "smoke"): 105,
+    ("00", "quick"): 265, ("01", "quick"): 1462, ("02", "quick"): 1113, ("03", "quick"): 2593,
+    ("04", "quick"): 3489, ("05", "quick"): 1154,
+}
+
+
+def expected_time(notebook: str, profile: str) -> str:
+    """"about 4 min" from :data:`NOTEBOOK_SECONDS`, or "not measured"."""
+    seconds = NOTEBOOK_SECONDS.get((notebook[:2], profile))
+    if seconds is None:
+        return "not measured"
+    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.0f} min"
+
+
+def _parameters(items: list[str]) -> dict:
+    """``-p KEY=VALUE`` (VALUE as JSON when it parses, else a string) for the parameters cell."""
+    from .errors import ConfigError
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise ConfigError(f"-p takes KEY=VALUE with KEY a parameter of the notebook (e.g. -p rounds=10), got {item!r}")
+        if key == "profile":
+            raise ConfigError("-p profile=...: choose the profile with --profile")
+        out[key] = _parse_value(value)
+    return out
+
+
+def _profile(args) -> str:
+    """An explicit --profile beats $FAIRFL_PROFILE (which is then not handed to the kernels, whose
+    notebooks would otherwise prefer it); without --profile, $FAIRFL_PROFILE, else quick."""
+    from .errors import ConfigError
+    env = os.environ.get("FAIRFL_PROFILE")
+    if env is not None and env not in PROFILES:
+        raise ConfigError(f"FAIRFL_PROFILE={env!r} is not one of {', '.join(PROFILES)}")
+    if args.profile is None:
+        return env or "quick"
+    if env is not None:
+        if env != args.profile:
+            print(f"--profile {args.profile} beats FAIRFL_PROFILE={env} from the environment")
+        del os.environ["FAIRFL_PROFILE"]
+    return args.profile
+
+
 def _cmd_reproduce(args) -> int:
     import papermill as pm
     from .claims import summary
     from .paths import outputs_root
 
+    parameters = _parameters(args.p or [])
+    profile = _profile(args)
     if args.device:          # checked now, then handed to the kernels (fairfl.notebook.start reads it)
         from .config import ExperimentConfig
         from .engine import resolve_device
         device = ExperimentConfig(device=args.device).device
         resolve_device(device)
         os.environ["FAIRFL_DEVICE"] = device
-    out_dir = Path(args.output or outputs_root()) / args.profile
+    # the kernels' progress bars as text: a widget has no state in the executed notebook (fairfl.progress)
+    os.environ.setdefault("FAIRFL_PROGRESS", "text")
+    out_dir = Path(args.output or outputs_root()) / profile
     out_dir.mkdir(parents=True, exist_ok=True)
     failures = 0
     for nb in notebook_paths(args.notebooks):
@@ -111,9 +166,15 @@ def _cmd_reproduce(args) -> int:
         claims_file = out_dir / f"{nb.stem}.claims.json"
         claims_file.unlink(missing_ok=True)
         os.environ["FAIRFL_CLAIMS_FILE"] = str(claims_file)  # the kernel inherits it (fairfl.claims)
+        given = "".join(f" {k}={v!r}" for k, v in parameters.items())
+        print(f"start   {nb.name:<40} {time.strftime('%H:%M:%S')}  {profile}{given}; expected "
+              f"{expected_time(nb.name, profile) if not parameters else 'not measured (parameters changed)'}",
+              flush=True)
         try:
-            pm.execute_notebook(str(nb), str(target), parameters={"profile": args.profile},
-                                kernel_name=args.kernel, progress_bar=False, cwd=str(nb.parent))
+            # the kernel's output is streamed here as it comes (progress bars, the claims' verdicts)
+            stream = {} if args.quiet else {"log_output": True, "stdout_file": sys.stdout, "stderr_file": sys.stderr}
+            pm.execute_notebook(str(nb), str(target), parameters={"profile": profile, **parameters},
+                                kernel_name=args.kernel, progress_bar=False, cwd=str(nb.parent), **stream)
             print(f"ok      {nb.name:<40} {time.time() - t0:7.1f} s  {summary(claims_file)}  -> {target}")
         except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
             failures += 1
@@ -173,7 +234,12 @@ def main(argv: list[str] | None = None) -> int:
 
     rp = sub.add_parser("reproduce", help="execute notebooks with papermill; figures go to figures/")
     rp.add_argument("notebooks", nargs="*", help="notebook names, prefixes (e.g. 00) or paths (default: all)")
-    rp.add_argument("--profile", choices=PROFILES, default="quick")
+    rp.add_argument("--profile", choices=PROFILES,
+                    help="smoke | quick | paper (default: $FAIRFL_PROFILE, else quick); beats $FAIRFL_PROFILE")
+    rp.add_argument("-p", action="append", metavar="KEY=VALUE",
+                    help="a parameter for the notebooks' parameters cell, e.g. -p rounds=10 -p seeds=[0,1] "
+                         "(claims are then recorded as not checked)")
+    rp.add_argument("--quiet", action="store_true", help="do not stream the notebooks' output here")
     rp.add_argument("--output", help="folder for executed notebooks (default: outputs/)")
     rp.add_argument("--kernel", default="python3")
     rp.add_argument("--device", help="'auto', 'cpu', 'cuda' or 'cuda:N' for every run of the notebooks (default: cpu)")

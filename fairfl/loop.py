@@ -37,6 +37,7 @@ from .engine import Lockstep, Trainer, resolve_device
 from .errors import CacheError, TrainingDivergedError
 from .models import build_model
 from .partition import FederatedData, federate
+from .progress import RoundReporter
 
 try:
     from tqdm.auto import tqdm
@@ -381,6 +382,8 @@ def _simulate(config: ExperimentConfig, checkpoint_dir: Path | None, progress: b
     history = run.history
 
     end = config.rounds if stop_after is None else min(stop_after, config.rounds)
+    report = RoundReporter(checkpoint_dir, config.rounds)    # progress.json beside the checkpoint (fairfl.progress)
+    report(run.round)
     # no explicit disable=False: TQDM_DISABLE=1 (CI, stored outputs) must still switch the bar off
     bar = tqdm(range(run.round, end), initial=run.round, total=config.rounds, desc=config.label(), leave=False,
                **({} if progress else {"disable": True})) if tqdm else range(run.round, end)
@@ -426,4 +429,5 @@ def _simulate(config: ExperimentConfig, checkpoint_dir: Path | None, progress: b
         history.round_time.append(time.perf_counter() - t0)
         if checkpoint_dir and (done % config.checkpoint_every == 0 or done == end):
             save_checkpoint(checkpoint_dir, config, run)
+        report(done)
     return history

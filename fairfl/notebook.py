@@ -51,9 +51,16 @@ class Session:
     figures: Path
     backend: Any
     device: str = "cpu"
+    overridden: dict[str, tuple[Any, Any]] = field(default_factory=dict)   # {setting: (profile's, this run's)}
 
     def __getitem__(self, key: str) -> Any:
         return self.settings[key]
+
+    def claims(self, notebook: str):
+        """The notebook's :class:`~fairfl.claims.Claims`: checked strictly on the profile's own
+        settings, recorded as not checked when the parameters cell overrode some of them."""
+        from .claims import Claims
+        return Claims(notebook, self.profile, self.overridden)
 
     def save(self, fig, name: str) -> None:
         """Write the figure as ``<figures>/<name>.png`` and ``.pdf`` (atomically)."""
@@ -102,11 +109,16 @@ def start(profile: str, profiles: Mapping[str, Mapping[str, Any]], workers: int 
             raise ConfigError(f"override {key}={value!r}: the profile has no setting {key!r}; "
                               f"it has {', '.join(settings)}")
         settings[key] = list(value) if isinstance(settings[key], list) else value
+    # what the profile's claims were not calibrated on: they are then recorded, not checked (fairfl.claims)
+    overridden = {k: (profiles[profile][k], v) for k, v in settings.items() if v != profiles[profile][k]}
     use_style()
     backend = SerialBackend() if profile == "smoke" else default_backend(device, workers)
-    session = Session(profile, settings, figure_dir(profile), backend, device)
+    session = Session(profile, settings, figure_dir(profile), backend, device, overridden)
     print(f"profile={profile}", {k: v for k, v in settings.items()}, f"device={device}",
           f"figures -> {session.figures}")
+    if overridden:
+        from .claims import describe_overrides
+        print(f"exploring: {describe_overrides(overridden)}; the paper's claims are recorded as not checked")
     return session
 
 
@@ -245,3 +257,35 @@ def beside(ours: pd.DataFrame, paper: pd.DataFrame, on: Sequence[str], metrics: 
             row[f"{ours_col} diff"] = round(float(values.mean()) - theirs, digits) if finite else np.nan
         rows.append(row)
     return pd.DataFrame(rows).set_index(on)
+
+
+# ----------------------------------------------------------------------------- stored notebooks
+
+def stored_form(text: str) -> str:
+    """A notebook's text as it is kept in the repository: without outputs and execution counts,
+    with the kernelspec and language_info that JupyterLab sets when it opens the notebook with
+    this machine's ``python3`` kernel, written the way Jupyter's server saves it (``nbformat.write``:
+    nbformat 4.5 with cell ids, indent 1, sorted keys, a final newline). Opening and saving the
+    stored file in JupyterLab then changes nothing (``tests/test_notebooks.py`` checks every
+    notebook; ``scripts/normalise_notebooks.py`` rewrites them)."""
+    import io
+
+    import nbformat
+    from ipykernel.ipkernel import IPythonKernel
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    nb = nbformat.reads(text, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+        for transient in ("execution", "collapsed", "scrolled", "trusted"):
+            cell.metadata.pop(transient, None)
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    # what JupyterLab writes: {name, display_name, language} of the kernel, and the kernel's
+    # language_info from its kernel_info reply (ipykernel's, with this Python's version)
+    nb.metadata = nbformat.from_dict({
+        "kernelspec": {"display_name": spec.display_name, "language": spec.language, "name": "python3"},
+        "language_info": dict(IPythonKernel.language_info)})
+    out = io.StringIO()
+    nbformat.write(nb, out, version=nbformat.NO_CONVERT)
+    return out.getvalue()

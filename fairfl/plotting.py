@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import matplotlib
 
@@ -67,6 +67,26 @@ def curves(histories: dict[str, Sequence[History]], metric: str = "mean_acc", ax
     if logy:
         ax.set_yscale("log")
     ax.legend()
+    return ax
+
+
+def final_vs(series: dict[str, dict[Any, Sequence[float]]], ax=None, xlabel: str = "", ylabel: str = "",
+             fmt: Callable[[Any], str] = "{:g}".format):
+    """A final value against a factor's values, one line per series: the mean over seeds with
+    ± std error bars (ddof 0). ``series``: {label: {factor value: the seeds' values}}. The factor's
+    values sit evenly spaced, labelled with ``fmt`` (ε = 0, 0.01, 0.05, 0.1, 0.5, 1 would crowd the
+    left end of a linear axis), so that their order is what the eye reads."""
+    ax = ax or plt.gca()
+    xs = list(dict.fromkeys(x for by_x in series.values() for x in by_x))
+    for label, by_x in series.items():
+        pos = [xs.index(x) for x in by_x]
+        v = [np.asarray(by_x[x], dtype=np.float64) for x in by_x]
+        ax.errorbar(pos, [a.mean() for a in v], yerr=[a.std() for a in v], marker="o", capsize=4, label=label)
+    ax.set_xticks(range(len(xs)), [fmt(x) for x in xs])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if len(series) > 1:
+        ax.legend()
     return ax
 
 

@@ -35,11 +35,7 @@ from .cache import entry as cache_entry
 from .config import ExperimentConfig
 from .errors import FairFLError, RunFailedError
 from .loop import History, simulate, simulate_group
-
-try:
-    from tqdm.auto import tqdm
-except ImportError:  # pragma: no cover
-    tqdm = None
+from .progress import SweepProgress
 
 
 def run_dir(config: ExperimentConfig, root: Path | None = None) -> Path:
@@ -59,8 +55,13 @@ def run(config: ExperimentConfig, cache: bool = True, root: Path | None = None,
     if cached is not None:
         return cached
     d = prepare(config, root)
-    history = simulate(config, checkpoint_dir=d, progress=progress)
-    store(history, d)
+    watch = SweepProgress([d], [config.rounds], enabled=progress, desc=config.label())
+    try:
+        history = simulate(config, checkpoint_dir=d, progress=False)
+        store(history, d)
+        watch.finished([0])
+    finally:
+        watch.close()
     return history
 
 
@@ -100,6 +101,17 @@ class SerialBackend(_Closing):
 
 
 def _init_worker(threads: int, parent: int, slots=None, gpus: int = 0) -> None:
+    import signal
+    # Ctrl-C and Jupyter's interrupt signal the whole process group, workers included: a worker
+    # ignores it, and the parent, which decides, stops the pool (ProcessBackend.terminate).
+    # Otherwise every idle worker would print its own KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # tqdm's first bar (the loop's, disabled in a worker) would create a multiprocessing lock: a
+    # named semaphore that a worker stopped by terminate() leaves behind (the resource tracker then
+    # warns at exit). A worker shows no bar, so a thread lock does.
+    import threading
+    from tqdm.std import tqdm
+    tqdm.set_lock(threading.RLock())
     import torch
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)
@@ -233,6 +245,24 @@ class ProcessBackend(_Closing):
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
+    def terminate(self) -> None:
+        """Stop the workers now, running work too (an interrupted sweep): each run stops at its
+        last checkpoint, which the next sweep resumes from. The next sweep starts a new pool."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        for p in processes:
+            p.terminate()
+        for p in processes:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        # its workers gone, the pool is broken: shutting it down now frees its queues and locks (no
+        # "leaked semaphore" warning when the interpreter ends just after)
+        pool.shutdown(wait=True, cancel_futures=True)
+
 
 def _fairfl_settings() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("FAIRFL_")}
@@ -358,27 +388,31 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
     todo = [c for k, c in unique.items() if done[k] is None]
     failures: dict[str, str] = {}
     if todo:
-        # no explicit disable=False: TQDM_DISABLE=1 (CI, stored outputs) must still switch the bar off
-        bar = tqdm(total=len(todo), desc=what, **({} if progress else {"disable": True})) if tqdm else None
+        # per-round progress of every run, wherever it trains: read from the progress files its
+        # worker writes into the run's cache entry (fairfl.progress)
+        watch = SweepProgress([run_dir(c, root) for c in todo], [c.rounds for c in todo], enabled=progress,
+                              desc=f"{len(todo)} {what}" + (f" ({len(configs) - len(todo)} cached)" if len(todo) < len(unique) else ""))
         groups = plan_groups(todo, max(1, int(getattr(backend, "workers", 1))), max_group)
-        while groups:
-            items = [([_portable(todo[i]) for i in g], str(root) if root else None) for g in groups]
-            again = []
-            for gi, result in backend.submit_all(_worker_run_group, items):
-                group = groups[gi]
-                if isinstance(result, _Failure) and isinstance(result.error, WorkerDied) and len(group) > 1:
-                    again += [[i] for i in group]
-                    continue
-                for n, i in enumerate(group):
-                    error = (f"{type(result.error).__name__}: {result.error}" if isinstance(result, _Failure)
-                             else result[n])
-                    if error is not None:
-                        failures[todo[i].key()] = f"{todo[i].label()}: {error}"
-                if bar is not None:
-                    bar.update(len(group))
-            groups = again
-        if bar is not None:
-            bar.close()
+        try:
+            while groups:
+                items = [([_portable(todo[i]) for i in g], str(root) if root else None) for g in groups]
+                again = []
+                for gi, result in backend.submit_all(_worker_run_group, items):
+                    group = groups[gi]
+                    if isinstance(result, _Failure) and isinstance(result.error, WorkerDied) and len(group) > 1:
+                        again += [[i] for i in group]
+                        continue
+                    for n, i in enumerate(group):
+                        error = (f"{type(result.error).__name__}: {result.error}" if isinstance(result, _Failure)
+                                 else result[n])
+                        if error is not None:
+                            failures[todo[i].key()] = f"{todo[i].label()}: {error}"
+                        watch.finished([i], failed=error is not None)
+                groups = again
+        except KeyboardInterrupt:
+            raise _interrupted(backend, watch, list(unique.values()), root) from None
+        finally:
+            watch.close()
     for c in todo:
         if c.key() not in failures:
             try:
@@ -390,3 +424,25 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
         raise RunFailedError(f"{len(failures)} of {len(todo)} {what} failed (the others are cached):\n  " +
                              "\n  ".join(failures.values()))
     return out
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by Ctrl-C or the kernel's interrupt. Its message is the whole story, so a
+    notebook shows that one line instead of a traceback (IPython asks ``_render_traceback_``)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [str(self)]
+
+
+def _interrupted(backend: Backend, watch: SweepProgress, configs: Sequence[ExperimentConfig],
+                 root: Path | None) -> SweepInterrupted:
+    """Stop the backend's workers (each run stops at its last checkpoint) and say what is kept."""
+    running = watch.running()
+    watch.close()
+    stop = getattr(backend, "terminate", None)
+    if stop is not None:
+        stop()
+    cached = sum(is_cached(c, root) for c in configs)
+    message = (f"interrupted: {cached} of {len(configs)} runs cached, {running} running stopped at their "
+               "checkpoints; re-run to resume")
+    return SweepInterrupted(message)

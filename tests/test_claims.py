@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from fairfl.claims import FAILED, HOLDS, NOT_CHECKED, NOT_REPRODUCED, STALE, ClaimFailedError, Claims, summary
+from fairfl.claims import (FAILED, HOLDS, NOT_CHECKED, NOT_REPRODUCED, OVERRIDDEN, STALE, ClaimFailedError, Claims,
+                          summary)
 
 DIAGNOSIS = {"quick": "the step of eq. (17) grows near Pareto stationarity"}
 
@@ -68,3 +69,30 @@ def test_verdicts_are_written_for_the_reproduce_summary(tmp_path, monkeypatch):
     assert summary(tmp_path / "missing.json") == "claims: none recorded"
     Claims("empty", "quick").finish()
     assert summary(target) == "claims: none recorded"
+
+
+def test_claims_under_overridden_parameters_are_recorded_not_checked(tmp_path, monkeypatch, capsys):
+    target = tmp_path / "nb.claims.json"
+    monkeypatch.setenv("FAIRFL_CLAIMS_FILE", str(target))
+    c = Claims("nb", "quick", overridden={"rounds": (100, 10)})
+    assert c.check("FedAvg learns", False, "52.2 %").status == OVERRIDDEN
+    assert c.check("stale elsewhere", True, "99 %", deviation=DIAGNOSIS).status == OVERRIDDEN
+    c.finish()                                            # nothing raised: exploring, not reproducing
+    out = capsys.readouterr().out
+    assert "rounds=10 (profile: 100) differ from the quick profile" in out
+    assert summary(target) == "claims: 2 not checked (parameters overridden)"
+    # the same failing claim on the profile's own settings still stops the notebook
+    strict = Claims("nb", "quick", overridden={})
+    assert strict.check("FedAvg learns", False, "52.2 %").status == FAILED
+    with pytest.raises(ClaimFailedError, match="FedAvg learns"):
+        strict.finish()
+
+
+def test_start_knows_which_settings_differ_from_the_profile(monkeypatch):
+    from fairfl.notebook import start
+    monkeypatch.delenv("FAIRFL_PROFILE", raising=False)
+    profiles = {"quick": dict(rounds=100, seeds=[0, 1])}
+    same = start("quick", profiles, workers=1, rounds=100, seeds=(0, 1))     # the profile's own values
+    assert same.overridden == {} and same.claims("nb").checked
+    other = start("quick", profiles, workers=1, rounds=10)
+    assert other.overridden == {"rounds": (100, 10)} and not other.claims("nb").checked

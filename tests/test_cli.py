@@ -93,3 +93,62 @@ def test_reproduce_counts_the_claims_a_notebook_checked(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "claims: 1 holds, 1 not reproduced (documented)" in r.stdout
     assert (out / "quick" / "97_claims.claims.json").is_file()
+
+
+def _env_with_progress(tmp_path, **extra):
+    """The environment of a user's shell: progress shown (`make test` switches it off), figures
+    of a non-smoke profile kept out of the repository."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TQDM_DISABLE", "FAIRFL_PROGRESS", "FAIRFL_PROFILE")}
+    return {**env, "FAIRFL_FIGURES": str(tmp_path / "figures"), **extra}
+
+
+def _reproduce(*args, env):
+    return subprocess.run([sys.executable, "-m", "fairfl", "reproduce", *args], capture_output=True, text=True,
+                          env=env, timeout=900)
+
+
+@pytest.mark.slow
+def test_reproduce_an_explicit_profile_beats_the_environment_and_parameters_reach_the_notebook(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell('profile = "quick"\nrounds = None', metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("from fairfl.notebook import resolve_profile\n"
+                                          "print('resolved', resolve_profile(profile), 'rounds', rounds)")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "96_params.ipynb"
+    nbformat.write(nb, path)
+    out = tmp_path / "out"
+    r = _reproduce(str(path), "--profile", "quick", "-p", "rounds=10", "--output", str(out),
+                   env=_env_with_progress(tmp_path, FAIRFL_PROFILE="smoke"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "--profile quick beats FAIRFL_PROFILE=smoke" in r.stdout
+    assert "start   96_params.ipynb" in r.stdout and "expected not measured (parameters changed)" in r.stdout
+    assert "resolved quick rounds 10" in r.stdout                     # the kernel's output, streamed here
+    executed = nbformat.read(out / "quick" / "96_params.ipynb", as_version=4)
+    assert "resolved quick rounds 10" in executed.cells[-1].outputs[0].text
+    assert not (out / "smoke").exists()
+    r = _reproduce(str(path), "--output", str(out), env=_env_with_progress(tmp_path, FAIRFL_PROFILE="smoke"))
+    assert r.returncode == 0 and "resolved smoke" in r.stdout       # no --profile: the environment's
+    for bad, message in ((["-p", "profile=paper"], "choose the profile with --profile"),
+                         (["-p", "rounds"], "-p takes KEY=VALUE")):
+        r = _reproduce(str(path), *bad, "--output", str(out), env=_env_with_progress(tmp_path))
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_tour_with_changed_parameters_runs_to_the_end_with_claims_not_checked(tmp_path):
+    """quick with rounds=2 would fail the tour's claims (FedAvg far below 60 %); exploring, they are
+    recorded as not checked, and the executed notebook's stored progress reads 100 %."""
+    out = tmp_path / "out"
+    r = _reproduce("00", "--profile", "quick", "-p", "rounds=2", "-p", "seeds=[0]", "-p", "workers=1",
+                   "--output", str(out), env=_env_with_progress(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "claims: 3 not checked (parameters overridden)" in r.stdout
+    verdicts = json.loads((out / "quick" / "00_tour.claims.json").read_text())
+    assert verdicts["overridden"] == {"rounds": [100, 2], "seeds": [[0, 1], [0]]}
+    executed = nbformat.read(out / "quick" / "00_tour.ipynb", as_version=4)
+    streams = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []) if o.output_type == "stream")
+    last_bar = [line for line in streams.replace("\r", "\n").splitlines() if "round" in line and "%|" in line][-1]
+    assert last_bar.startswith("2 runs: 100%") and "4/4" in last_bar, last_bar
+    widgets = [o for c in executed.cells for o in c.get("outputs", []) if "application/vnd.jupyter.widget-view+json"
+               in o.get("data", {})]
+    assert not widgets, "a widget bar has no state in an executed notebook"

@@ -1,0 +1,174 @@
+"""Progress of the runs of a sweep, wherever they train.
+
+A run that trains into its cache entry (``fairfl.cache``) writes ``progress.json`` there every
+round — ``{"done": rounds done, "rounds": rounds in all}`` — replaced atomically, so a reader
+never sees half a file. The process that sent the sweep reads these files and shows one bar:
+rounds done out of the sweep's rounds, and how many runs have finished. Nothing else is shared,
+so this works the same for runs in this process, in a pool of worker processes, or on any
+backend whose workers write to the same results folder.
+
+How the bar looks: a live notebook gets tqdm's widget; anything else — a terminal, a notebook
+executed by papermill (``python -m fairfl reproduce`` sets ``FAIRFL_PROGRESS=text``), where a
+widget would be stored with no state and read 0 % forever — gets tqdm's text bar on stdout,
+whose last line is stored as the final state. ``FAIRFL_PROGRESS=off`` or ``TQDM_DISABLE=1``
+switches it off.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+
+PROGRESS = "progress.json"
+_EVERY = 0.25        # seconds between two writes of one run's file (and the last round always)
+
+
+class RoundReporter:
+    """Writes a run's ``progress.json`` (at most every :data:`_EVERY` seconds, and always at the
+    end); does nothing without a folder."""
+
+    def __init__(self, folder: Path | None, rounds: int):
+        self.path = Path(folder) / PROGRESS if folder else None
+        self.rounds = rounds
+        self._last = 0.0
+
+    def __call__(self, done: int) -> None:
+        now = time.monotonic()
+        if self.path is None or (done < self.rounds and now - self._last < _EVERY):
+            return
+        self._last = now
+        # a temporary name that fairfl.atomic.remove_stale_temporaries recognises (.<name>.<pid>.…tmp)
+        tmp = self.path.parent / f".{PROGRESS}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            tmp.write_text(json.dumps({"done": int(done), "rounds": int(self.rounds)}))
+            os.replace(tmp, self.path)
+        except OSError:      # progress is a courtesy: a full disk must not stop the run (its checkpoint will say so)
+            tmp.unlink(missing_ok=True)
+
+
+def read(folder: Path, since: float = 0.0) -> int | None:
+    """Rounds done by the run training in ``folder``, if its progress file was written at or
+    after ``since`` (a wall-clock time: a file from an earlier, interrupted sweep is not this
+    sweep's progress), else None."""
+    path = Path(folder) / PROGRESS
+    try:
+        if path.stat().st_mtime < since:
+            return None
+        return int(json.loads(path.read_text())["done"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def mode() -> str:
+    """"widget", "text" or "off" (see the module's docstring)."""
+    wanted = os.environ.get("FAIRFL_PROGRESS", "auto").lower()
+    if wanted in ("off", "0", "false", "no") or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes"):
+        return "off"
+    if wanted == "text":
+        return "text"
+    try:
+        from IPython import get_ipython
+        shell = get_ipython()
+    except ImportError:      # pragma: no cover - IPython is a dependency
+        shell = None
+    return "widget" if shell is not None and type(shell).__name__ == "ZMQInteractiveShell" else "text"
+
+
+def bar(total: int, desc: str, initial: int = 0, enabled: bool = True):
+    """A tqdm bar in the way :func:`mode` says, or None when off."""
+    how = mode() if enabled else "off"
+    if how == "off":
+        return None
+    if how == "widget":
+        try:
+            from tqdm.notebook import tqdm as notebook_tqdm
+            return notebook_tqdm(total=total, initial=initial, desc=desc, unit="round")
+        except ImportError:  # no ipywidgets: the text bar below
+            pass
+    import sys
+    from tqdm.std import tqdm as text_tqdm
+    # stdout, not stderr: an executed notebook shows stdout as plain output; mininterval keeps the
+    # stored text of a long run short (each refresh is a line of the stored stream)
+    return text_tqdm(total=total, initial=initial, desc=desc, unit="round", file=sys.stdout, mininterval=2.0,
+                     ascii=False, dynamic_ncols=False, ncols=100)
+
+
+class SweepProgress:
+    """One bar over the runs of a sweep: a thread reads their progress files twice a second.
+
+    ``folders[i]`` is run i's cache entry and ``rounds[i]`` its number of rounds; the sweep calls
+    :meth:`finished` for runs it knows have ended (a run found cached by a worker writes no
+    progress). :meth:`running` and :meth:`finished_count` say what was under way when a sweep is
+    interrupted."""
+
+    def __init__(self, folders: Sequence[Path], rounds: Sequence[int], enabled: bool = True, desc: str = ""):
+        self.folders, self.rounds = list(folders), list(rounds)
+        self.since = time.time() - 1.0          # file times have coarse resolution on some file systems
+        self.done = [0] * len(self.folders)
+        self.ended: set[int] = set()
+        self.started: set[int] = set()         # runs that wrote progress in this sweep
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        n = len(self.folders)
+        self.bar = bar(sum(self.rounds), desc or f"{n} run{'s' * (n != 1)}", enabled=enabled)
+        self._thread = None
+        if self.bar is not None:
+            self._refresh()
+            self._thread = threading.Thread(target=self._watch, name="fairfl-progress", daemon=True)
+            self._thread.start()
+
+    def finished(self, indices: Iterable[int], failed: bool = False) -> None:
+        """Runs that have ended: all their rounds are done, unless they ``failed``."""
+        with self._lock:
+            for i in indices:
+                self.ended.add(i)
+                if not failed:
+                    self.done[i] = self.rounds[i]
+
+    def poll(self) -> None:
+        with self._lock:
+            for i, folder in enumerate(self.folders):
+                if i in self.ended:
+                    continue
+                n = read(folder, self.since)
+                if n is not None:
+                    self.started.add(i)
+                    self.done[i] = min(n, self.rounds[i])
+
+    def running(self) -> int:
+        """Runs that reported progress in this sweep and have not ended."""
+        self.poll()
+        with self._lock:
+            return len(self.started - self.ended)
+
+
+    def _refresh(self) -> None:
+        if self.bar is None:
+            return
+        with self._lock:
+            n, ended = sum(self.done), len(self.ended)
+        self.bar.set_postfix_str(f"{ended}/{len(self.folders)} runs done", refresh=False)
+        if n >= self.bar.n:
+            self.bar.update(n - self.bar.n)     # redrawn at most every mininterval
+        else:                                   # a resumed run restarts from its checkpoint's round
+            self.bar.n = n
+            self.bar.refresh()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.5):
+            self.poll()
+            self._refresh()
+
+    def close(self) -> None:
+        """Stop reading, show the final state and close the bar (it stays visible)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.poll()
+        self._refresh()
+        if self.bar is not None:
+            self.bar.refresh()                  # the final state, whatever mininterval held back
+            self.bar.close()

@@ -1,0 +1,151 @@
+"""Progress you can trust, and an interrupt that stops cleanly, with real runs and processes:
+every run writes its rounds done into its cache entry, the sweep's one bar reads them from
+whatever process trains the run, and Ctrl-C (SIGINT to the whole process group, as a terminal or
+Jupyter's interrupt sends it) stops the pool's workers, says in one line what is kept, and the
+next sweep resumes from the checkpoints."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.cache import entry, prepare
+from fairfl.loop import simulate
+from fairfl.progress import PROGRESS, read
+from fairfl.sweeps import ProcessBackend, SerialBackend, SweepInterrupted, run_many
+
+CFG = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)}, model="mlp2",
+                       partition=PartitionSpec("shards", num_clients=10, shards_per_client=2),
+                       local=LocalTraining(epochs=1, batch_size=20, lr=0.05), rounds=4, clients_per_round=3,
+                       eval_every=2, checkpoint_every=1)
+
+
+def test_a_run_writes_its_rounds_done_into_its_cache_entry(fmnist, tmp_path):
+    folder = prepare(CFG, tmp_path)
+    simulate(CFG, checkpoint_dir=folder, progress=False, stop_after=3)
+    assert json.loads((folder / PROGRESS).read_text()) == {"done": 3, "rounds": 4}
+    assert read(folder) == 3
+    assert read(folder, since=time.time() + 60) is None       # an earlier sweep's file is not this one's progress
+    assert not list(folder.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("backend", ["serial", "process"])
+def test_the_sweep_bar_ends_at_every_round_of_every_run(fmnist, tmp_path, capsys, monkeypatch, backend):
+    monkeypatch.setenv("FAIRFL_PROGRESS", "text")             # what `reproduce` sets for papermill's kernels
+    configs = [CFG.replace(seed=s) for s in range(3)]
+    run_many(configs[:1], backend=SerialBackend(), root=tmp_path, progress=False)   # one already cached
+    with (SerialBackend() if backend == "serial" else ProcessBackend(workers=2)) as b:
+        run_many(configs, backend=b, root=tmp_path)
+    out = capsys.readouterr().out
+    last = out.replace("\r", "\n").strip().splitlines()[-1]
+    assert last.startswith("2 runs (1 cached): 100%") and "8/8" in last and "2/2 runs done" in last, out
+    for c in configs:
+        assert read(entry(c, tmp_path)) == 4
+
+
+def test_progress_off_prints_nothing(fmnist, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FAIRFL_PROGRESS", "text")
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    run_many([CFG], backend=SerialBackend(), root=tmp_path)
+    assert capsys.readouterr().out == ""
+
+
+def test_an_interrupted_sweep_shows_one_line_in_ipython():
+    from IPython.core.interactiveshell import InteractiveShell
+    shell = InteractiveShell.instance()
+    try:
+        e = SweepInterrupted("interrupted: 1 of 4 runs cached, 2 running stopped at their checkpoints; re-run to resume")
+        assert isinstance(e, KeyboardInterrupt)                 # `except Exception` does not swallow it
+        assert e._render_traceback_() == [str(e)]              # IPython prints this instead of the frames
+    finally:
+        InteractiveShell.clear_instance()
+
+
+SCRIPT = '''
+import os, sys
+from pathlib import Path
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.sweeps import ProcessBackend, SweepInterrupted, run_many
+
+if __name__ == "__main__":
+    cfg = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)}, model="mlp2",
+                           partition=PartitionSpec("shards", num_clients=10, shards_per_client=2),
+                           local=LocalTraining(epochs=2, batch_size=20, lr=0.05), rounds=int(sys.argv[2]),
+                           clients_per_round=4, eval_every=10, checkpoint_every=1)
+    backend = ProcessBackend(workers=2)
+    try:
+        hs = run_many([cfg.replace(seed=s) for s in range(2)], backend=backend, root=Path(sys.argv[1]),
+                      max_group=1, progress=False)
+    except SweepInterrupted as e:
+        print(e, file=sys.stderr)
+        sys.exit(130)
+    finally:
+        backend.close()
+    print("finished", [h.rounds_done for h in hs])
+'''
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_workers_says_what_is_kept_and_the_next_sweep_resumes(fmnist, tmp_path):
+    script, root = tmp_path / "sweep.py", tmp_path / "results"
+    script.write_text(textwrap.dedent(SCRIPT))
+    cmd = [sys.executable, str(script), str(root), "40"]
+    # a session of its own, so that the signal goes to its process group as a terminal's Ctrl-C does
+    p = subprocess.Popen(cmd, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and p.poll() is None:   # until both runs have checkpointed a round
+            if len(list(root.glob("*/checkpoint.pt"))) == 2:
+                break
+            time.sleep(0.2)
+        assert len(list(root.glob("*/checkpoint.pt"))) == 2, p.communicate(timeout=30)
+        workers = [c for c in _children(p.pid) if "resource_tracker" not in Path(f"/proc/{c}/cmdline").read_text()]
+        assert len(workers) == 2
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, (out, err)
+    assert err.strip() == ("interrupted: 0 of 2 runs cached, 2 running stopped at their checkpoints; "
+                           "re-run to resume"), err                    # no traceback, from any process
+    deadline = time.monotonic() + 10
+    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(w) for w in workers), "a worker outlived the interrupted sweep"
+    stopped_at = [read(d) for d in root.iterdir() if d.is_dir()]
+    assert all(0 < n < 40 for n in stopped_at), stopped_at
+
+    # the same sweep again: both runs resume from their checkpoints and finish
+    r = subprocess.run(cmd, env=os.environ.copy(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "finished [40, 40]" in r.stdout
+    assert not list(root.glob("*/checkpoint.pt"))
