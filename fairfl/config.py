@@ -61,6 +61,8 @@ class ExperimentConfig:
     eligible_clients: tuple[int, ...] | None = option(None, low=0, doc="only these may be sampled")
     attacks: tuple = ()                 # e.g. ({"kind": "bias", "client": 1, "bias": 1.0},)
     device: str = option("cpu", doc="'auto', 'cpu', 'cuda' or 'cuda:N': where clients train and evaluate")
+    averaged_iterate: bool = option(False, doc="also score w̄_T = (1/T)·Σ_{t=1..T} w_t, the average of the global "
+                                                "models after rounds 1..T, at every evaluation (History.avg_*)")
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
@@ -201,7 +203,7 @@ class ExperimentConfig:
 # Settings added after results were cached under CACHE_VERSION 5: written into the canonical form
 # (and the key) only when they differ from their default, so that every earlier key still names
 # the same result.
-_ADDED_AFTER_V5 = {("partition", "reading"): "true"}
+_ADDED_AFTER_V5 = {("partition", "reading"): "true", ("averaged_iterate",): False}
 
 
 def _canonical_device(spec: Any) -> str:
