@@ -61,6 +61,8 @@ class ExperimentConfig:
     eligible_clients: tuple[int, ...] | None = option(None, low=0, doc="only these may be sampled")
     attacks: tuple = ()                 # e.g. ({"kind": "bias", "client": 1, "bias": 1.0},)
     device: str = option("cpu", doc="'auto', 'cpu', 'cuda' or 'cuda:N': where clients train and evaluate")
+    averaged_iterate: bool = option(False, doc="also score w̄_T = (1/T)·Σ_{t=1..T} w_t, the average of the global "
+                                                "models after rounds 1..T, at every evaluation (History.avg_*)")
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
@@ -105,6 +107,9 @@ class ExperimentConfig:
         if split is not None and split[2] == 0:
             raise ConfigError(f"partition: split={split} gives the clients no test data, so every accuracy would "
                               "be NaN; give the test share a positive fraction")
+        if self.partition.reading != "true" and self.dataset != "adult":
+            raise ConfigError(f"partition: reading={self.partition.reading!r} is FedMGDA+'s released code's reading of "
+                              f"Adult's PhD / non-PhD split; it is not defined for dataset {self.dataset!r}")
         if attacks and self.algorithm.multi_objective:
             raise ConfigError(f"attacks rewrite single-objective reports; {self.algorithm.name} sends one update "
                               "per objective")
@@ -127,6 +132,11 @@ class ExperimentConfig:
         out["algorithm"] = self.algorithm.to_dict()
         for key in ("partition", "local"):
             out[key] = dataclasses.asdict(out[key])
+        for path, default in _ADDED_AFTER_V5.items():
+            *outer, name = path
+            where = out[outer[0]] if outer else out
+            if where[name] == default:
+                del where[name]
         return _plain(out)
 
     @classmethod
@@ -188,6 +198,12 @@ class ExperimentConfig:
 
     def label(self) -> str:
         return f"{self.algorithm.label()} seed={self.seed}"
+
+
+# Settings added after results were cached under CACHE_VERSION 5: written into the canonical form
+# (and the key) only when they differ from their default, so that every earlier key still names
+# the same result.
+_ADDED_AFTER_V5 = {("partition", "reading"): "true", ("averaged_iterate",): False}
 
 
 def _canonical_device(spec: Any) -> str:

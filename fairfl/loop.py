@@ -63,6 +63,11 @@ class History:
     round_time: list[float] = field(default_factory=list)      # seconds per round
     sampled: list[list[int]] = field(default_factory=list)     # client ids per round
     info: dict[str, list] = field(default_factory=dict)        # the rule's per-round log (scalars or short vectors)
+    # With config.averaged_iterate: the same measures at w̄_T = (1/T)·Σ_{t=1..T} w_t, the average of the
+    # global models after rounds 1..T (at round 0 the initial model), scored as a global model.
+    avg_test_acc: list[list] = field(default_factory=list)
+    avg_test_loss: list[list] = field(default_factory=list)
+    avg_train_loss: list = field(default_factory=list)
 
     # -- views
     @property
@@ -75,6 +80,12 @@ class History:
 
     def final_acc(self) -> np.ndarray:
         return self.acc()[-1]
+
+    def averaged_acc(self) -> np.ndarray:
+        """(evaluations, clients[, objectives]) test accuracy of the averaged iterate."""
+        if not self.avg_test_acc:
+            raise ValueError("this run did not score the averaged iterate: run it with averaged_iterate=True")
+        return np.asarray(self.avg_test_acc, dtype=np.float64)
 
     def mean_acc(self) -> np.ndarray:
         """Average client test accuracy per evaluation (per objective: (evaluations, S))."""
@@ -114,6 +125,12 @@ class History:
         self.test_loss.append(ev.test_loss)
         self.train_loss.append(ev.train_loss)
 
+    def record_averaged(self, ev: Evaluation) -> None:
+        """The averaged iterate's evaluation at the round :meth:`record` was last called with."""
+        self.avg_test_acc.append(ev.test_acc)
+        self.avg_test_loss.append(ev.test_loss)
+        self.avg_train_loss.append(ev.train_loss)
+
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         arrays = {"test_acc": self.acc(), "test_loss": np.asarray(self.test_loss, dtype=np.float64),
@@ -147,13 +164,14 @@ class RunState:
     optimizer: Any
     clients: dict[int, Any]
     history: History
+    iterate_sum: torch.Tensor | None = None    # Σ_{t=1..round} w_t in float64, with config.averaged_iterate
 
 
 def save_checkpoint(folder: Path, config: ExperimentConfig, run: RunState) -> None:
     blob = {"config_key": config.key(), "round": run.round, "params": run.params,
             "state": state_to_plain(run.state), "optimizer": state_to_plain(run.optimizer),
             "clients": {int(k): state_to_plain(v) for k, v in run.clients.items()},
-            "history": run.history.to_state()}
+            "history": run.history.to_state(), "iterate_sum": run.iterate_sum}
     atomic_write(Path(folder) / CHECKPOINT, lambda p: torch.save(blob, p))
 
 
@@ -170,7 +188,7 @@ def load_checkpoint(folder: Path, config: ExperimentConfig) -> RunState | None:
         algo = config.algorithm
         return RunState(blob["round"], blob["params"], state_from_plain(algo.State, blob["state"]), blob["optimizer"],
                         {int(k): state_from_plain(algo.ClientState, v) for k, v in blob["clients"].items()},
-                        History.from_state(blob["history"]))
+                        History.from_state(blob["history"]), blob.get("iterate_sum"))
     except Exception as e:  # noqa: BLE001 - any failure to read it means the same: it cannot be resumed from
         warnings.warn(f"checkpoint {path} is unreadable ({type(e).__name__}: {str(e).splitlines()[0][:200]}); it is "
                       "removed and the run starts again from round 0", stacklevel=2)
@@ -379,6 +397,8 @@ def _simulate(config: ExperimentConfig, checkpoint_dir: Path | None, progress: b
         run = RunState(0, w, algo.init(w, fed.num_clients), optimizer.init(w), clients.states, History(config.to_dict()))
         ev = algo.evaluate(replace(base, params=w), run.state, clients)
         run.history.record(0, ev)
+        if config.averaged_iterate:
+            run.history.record_averaged(ev)
     history = run.history
 
     end = config.rounds if stop_after is None else min(stop_after, config.rounds)
@@ -412,6 +432,8 @@ def _simulate(config: ExperimentConfig, checkpoint_dir: Path | None, progress: b
         if config.track_improved:   # true losses, not reported ones
             improved = _improved(honest.loss_before, clients.losses(w_new, plan.clients))
         run.params, run.state, run.round = w_new, agg.state, t + 1
+        if config.averaged_iterate:
+            run.iterate_sum = w_new.double() + (0 if run.iterate_sum is None else run.iterate_sum)
         history.round_lr.append(float(opt_info.get("lr", 1.0)))
         history.round_improved.append(improved)
         history.sampled.append([int(k) for k in plan.clients])
@@ -422,6 +444,8 @@ def _simulate(config: ExperimentConfig, checkpoint_dir: Path | None, progress: b
             ev = algo.evaluate(replace(ctx, params=w_new), run.state, clients)
             _check_evaluation(ev, t)
             history.record(done, ev)
+            if config.averaged_iterate:    # as a global model, whatever the algorithm reports (AFL: its own average)
+                history.record_averaged(clients.evaluate((run.iterate_sum / done).to(w_new.dtype)))
             if hasattr(bar, "set_postfix"):
                 acc = np.asarray(ev.test_acc, dtype=np.float64)
                 if np.isfinite(acc).any():

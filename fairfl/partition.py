@@ -144,6 +144,38 @@ def by_attribute(groups: np.ndarray, values: Sequence[int]) -> list[np.ndarray]:
     return out
 
 
+# FedMGDA+'s released Adult code (watml/Fed-MGDA, commit c8d8586), read as it runs: the clients' rows
+# as that code numbers them, and the share of them it trains on.
+OFFICIAL_CODE_TRAIN_SHARE = 0.8
+
+
+def as_in_fedmgda_code(parts: Sequence[np.ndarray], num_samples: int) -> list[np.ndarray]:
+    """The rows FedMGDA+'s released Adult code trains each attribute client on, given the
+    clients' true rows ``parts`` (:func:`by_attribute`). That code has an off-by-one bug:
+    ``adult/sampling.py`` l.63 numbers the training rows from 1 (``range(1, n+1)``) and l.72–78
+    keep each client's numbers as a Python set, while ``adult/update.py`` l.25 uses those numbers
+    as 0-based row indices, so each client trains on the row *after* each of its own rows. Its
+    local split (update.py l.34, l.45) keeps the first 80 % of ``list(set)`` — CPython's iteration
+    order of the set (built by inserting the numbers in ascending order, as sampling.py does) — for
+    training; the other 20 % are never read. On Adult the "PhD" client so trains on 330 rows of
+    which 3 are PhD rows. CPython 3.6 and 3.7+ iterate the PhD set in slightly different orders,
+    but keep the same 80 % on Adult (checked); a client's training rows are returned sorted (local
+    training shuffles them). The test rows are not affected: the code tests on the standard test
+    file's rows by domain (federated_main.py l.56–64, l.348–354)."""
+    out = []
+    for idx in parts:
+        numbers = set()
+        for i in np.sort(idx).tolist():
+            numbers.add(i + 1)                        # sampling.py l.63: rows numbered from 1
+        order = list(numbers)                         # update.py l.34: list(set), CPython's order
+        train = np.sort(np.asarray(order[:int(OFFICIAL_CODE_TRAIN_SHARE * len(order))], dtype=np.int64))
+        if len(train) == 0 or train[-1] >= num_samples:
+            raise ConfigError(f"partition reading 'official-code': a client's shifted rows run past the data "
+                              f"({num_samples} rows) or are empty; the reading is defined for Adult's two domains")
+        out.append(train)                             # update.py l.25: the numbers used as 0-based indices
+    return out
+
+
 def natural(groups: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
     """The dataset's own clients (LEAF: one per speaking role of a play): client k holds every
     sample of one group. With more groups than ``num_clients``, that many are drawn at random
@@ -202,6 +234,10 @@ def split_in_order(indices: np.ndarray, fractions: Sequence[float]) -> list[np.n
 # ----------------------------------------------------------------------------- federated data
 
 SCHEMES = ("iid", "shards", "dirichlet", "one_class", "attribute", "natural", "label_limited")
+# "true": each client holds its own rows. "official-code": Adult's domains as FedMGDA+'s released
+# code reads them (rows shifted by one, 80 % kept; :func:`as_in_fedmgda_code`), to show where the
+# paper's Table 7 baseline comes from; never the default.
+READINGS = ("true", "official-code")
 
 
 @dataclass(frozen=True)
@@ -220,7 +256,14 @@ class PartitionSpec:
     or of single-class shards (``label_limited``: at most ``shards_per_client`` labels per client,
     FMOL App. D); ``label_column`` is the label column that label-based schemes read on a
     multi-task dataset (MultiMNIST: 0 = task L). ``pooled`` merges every client's data into one
-    client after the split: centralised training on exactly the federation's data (FMOL's MGD)."""
+    client after the split: centralised training on exactly the federation's data (FMOL's MGD).
+
+    ``reading="official-code"`` (off by default; Adult's ``attribute`` partition with
+    ``split=None`` only) gives each domain the training rows that FedMGDA+'s released code
+    (watml/Fed-MGDA c8d8586) actually uses: because of an off-by-one bug (``adult/sampling.py``
+    l.63 numbers rows from 1, ``adult/update.py`` l.25 indexes from 0) every client trains on the
+    row after each of its rows, and only the first 80 % of them (update.py l.45). It reproduces
+    the paper's Table 7 "trained on PhD only" baseline; ``"true"`` is the correct split."""
 
     scheme: str = option("iid", choices=SCHEMES)
     num_clients: int = option(100, low=1)
@@ -233,6 +276,7 @@ class PartitionSpec:
     samples_per_client: int | None = option(None, low=1)
     label_column: int = option(0, low=0)
     pooled: bool = option(False)
+    reading: str = option("true", choices=READINGS, doc="'official-code': Adult's rows as FedMGDA+'s code reads them")
 
     def __post_init__(self) -> None:
         validate_options(self, "partition")
@@ -263,6 +307,11 @@ class PartitionSpec:
                               f"classes for num_clients={self.num_clients}")
         if self.scheme == "label_limited" and self.samples_per_client is None:
             raise ConfigError("partition: scheme 'label_limited' needs samples_per_client")
+        if self.reading != "true" and (self.scheme != "attribute" or self.split is not None or self.pooled):
+            raise ConfigError(f"partition: reading={self.reading!r} is FedMGDA+'s released Adult code's reading of the "
+                              "'attribute' partition, which fixes each client's training share (80 %) and tests on the "
+                              f"standard test file: it needs scheme='attribute', split=None and pooled=False (got "
+                              f"scheme={self.scheme!r}, split={self.split!r}, pooled={self.pooled})")
         if self.samples_per_client is not None and self.scheme not in ("iid", "label_limited"):
             raise ConfigError(f"partition: samples_per_client applies to schemes 'iid' and 'label_limited', "
                               f"not {self.scheme!r}")
@@ -341,7 +390,12 @@ def partition_indices(ds: ArrayDataset, spec: PartitionSpec) -> list[np.ndarray]
         return natural(ds.groups_train, spec.num_clients, rng)
     if ds.groups_train is None:
         raise ConfigError(f"dataset {ds.name!r} has no attribute groups for scheme 'attribute'")
-    return by_attribute(ds.groups_train, spec.attribute_values)
+    parts = by_attribute(ds.groups_train, spec.attribute_values)
+    if spec.reading == "official-code":
+        if ds.name != "adult":
+            raise ConfigError(f"partition reading 'official-code' is defined for Adult only, not {ds.name!r}")
+        return as_in_fedmgda_code(parts, len(ds.groups_train))
+    return parts
 
 
 def federate(ds: ArrayDataset, spec: PartitionSpec) -> FederatedData:

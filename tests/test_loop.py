@@ -387,3 +387,76 @@ def test_tqdm_disable_silences_a_single_runs_bar(fmnist, fairfl_env):
                            env={**os.environ, "TQDM_DISABLE": disable})
         assert r.returncode == 0, r.stderr
         assert ("fedavg seed=0" in r.stderr) is shown, r.stderr
+
+
+# ----------------------------------------------------------------------------- the averaged iterate
+
+from dataclasses import dataclass  # noqa: E402
+
+from fairfl.algorithms import Algorithm, register  # noqa: E402
+from fairfl.client import evaluate_model, set_flat_params  # noqa: E402
+from fairfl.models import build_model  # noqa: E402
+from fairfl.loop import federated_data  # noqa: E402
+
+# The global model after round t is SCALES[t]·w_0. Each scale, and each difference to the previous
+# one, is ± a power of two, so that the loop's w − (w − SCALES[t]·w_0) is SCALES[t]·w_0 exactly.
+SCALES = (2.0, 4.0, 2.0, -2.0)
+
+
+@register
+@dataclass(frozen=True)
+class _HandMadeModels(Algorithm):
+    """Moves the global model to SCALES[t]·w_0 in round t, whatever the clients send."""
+    name = "_test_hand_made_models"
+
+    def init(self, params, num_clients):
+        return params.clone()
+
+    def aggregate(self, reports, state, ctx):
+        return Aggregate(ctx.params - SCALES[ctx.round] * state, state)
+
+
+def test_averaged_iterate_on_hand_made_models(fmnist, tmp_path):
+    base = CFG.replace(model="logreg", clients_per_round=1)
+    cfg = base.replace(algorithm=_HandMadeModels(), averaged_iterate=True)
+    h = _sim(cfg)
+    fed = federated_data(cfg)
+    model = build_model(cfg.model, fed.dataset.input_shape, fed.dataset.num_classes, seed=cfg.seed)
+    w0 = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+
+    def scored(scale):
+        set_flat_params(model, scale * w0)
+        return evaluate_model(model, fed.clients)
+    # w̄_T = (1/T)·Σ_{t=1..T} w_t: after 2 rounds (2 + 4)/2 = 3, after 4 rounds 6/4 = 1.5; round 0: w_0
+    want = [scored(1.0), scored(3.0), scored(1.5)]
+    assert h.eval_rounds == [0, 2, 4]
+    assert h.avg_test_acc == [e.test_acc for e in want] and h.avg_test_loss == [e.test_loss for e in want]
+    assert h.avg_train_loss == [e.train_loss for e in want]
+    np.testing.assert_array_equal(h.averaged_acc(), np.asarray([e.test_acc for e in want]))
+    # the last iterate is −2·w_0: the loop still reports it as before
+    assert h.test_acc[-1] == scored(-2.0).test_acc and h.test_acc[-1] != h.avg_test_acc[-1]
+    # resumed from the checkpoint after round 2, the sum carries on
+    _sim(cfg, checkpoint_dir=tmp_path, stop_after=2)
+    resumed = _sim(cfg, checkpoint_dir=tmp_path)
+    assert resumed.avg_test_acc == h.avg_test_acc and resumed.avg_test_loss == h.avg_test_loss
+    # off by default: nothing recorded, and asking for it says how to get it
+    plain = _sim(base.replace(algorithm=_HandMadeModels()))
+    assert plain.avg_test_acc == [] and plain.test_acc == h.test_acc
+    with pytest.raises(ValueError, match="averaged_iterate=True"):
+        plain.averaged_acc()
+    assert "averaged_iterate" not in plain.config and cfg.key() != base.replace(algorithm=_HandMadeModels()).key()
+
+
+def test_averaged_iterate_is_afls_averaged_iterate():
+    """AFL reports Mohri et al.'s w̄_T = (1/T)·Σ_{t=1..T} w_t itself; the loop's averaged iterate of
+    the same run (AFL reporting its last iterate) is the same model."""
+    from fairfl.algorithms.afl import AFL
+    adult = ExperimentConfig(dataset="adult", model="logreg",
+                             partition=PartitionSpec("attribute", num_clients=2, split=None),
+                             local=LocalTraining(epochs=1, batch_size=200, lr=0.05), rounds=3, clients_per_round=2,
+                             eval_every=1, track_improved=False)
+    afl = _sim(adult.replace(algorithm=AFL(lr_lambda=0.5)))
+    loop = _sim(adult.replace(algorithm=AFL(lr_lambda=0.5, average_iterates=False), averaged_iterate=True))
+    assert loop.test_acc != afl.test_acc                      # the last iterate differs from the average
+    np.testing.assert_allclose(loop.averaged_acc(), afl.acc(), atol=1 / 16281)
+    np.testing.assert_allclose(loop.avg_train_loss, afl.train_loss, rtol=1e-5)

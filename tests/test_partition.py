@@ -332,3 +332,65 @@ def test_dirichlet_property(labels, clients, beta, seed):
     assert len(parts) == clients
     assert min(len(p) for p in parts) >= 1
     assert_disjoint_complete(parts, n)
+
+
+# ----------------------------------------------------------------------------- FedMGDA+'s code's Adult reading
+
+@pytest.fixture(scope="module")
+def adult():
+    from fairfl.data import load_dataset
+    return load_dataset("adult")
+
+
+def test_official_code_reading_trains_on_the_row_after_each_domain_row(adult):
+    """watml/Fed-MGDA c8d8586: adult/sampling.py l.63 numbers rows from 1, adult/update.py l.25
+    indexes from 0, update.py l.45 keeps the first 80 % of list(set)."""
+    true = federate(adult, PartitionSpec("attribute", num_clients=2, split=None))
+    code = federate(adult, PartitionSpec("attribute", num_clients=2, split=None, reading="official-code"))
+    groups, y = adult.groups_train, adult.y_train.numpy()
+    phd, phd_code = true.train_indices[1], code.train_indices[1]
+    # by hand: the first PhD rows of adult.data are rows 20, 63, 89 and 96 (0-based); the code's "PhD"
+    # client holds the rows after them, 21, 64, 90 and 97, none of which is a PhD row
+    assert phd[:4].tolist() == [20, 63, 89, 96] and groups[[20, 63, 89, 96]].tolist() == [1, 1, 1, 1]
+    assert phd_code[:4].tolist() == [21, 64, 90, 97] and groups[[21, 64, 90, 97]].tolist() == [0, 0, 0, 0]
+    # 80 % of 413 shifted rows; of them 3 are PhD rows (3390, 3578 and 12715: a PhD row after a PhD row)
+    assert len(phd_code) == int(0.8 * 413) == 330 and set(phd_code) <= set(phd + 1)
+    assert phd_code[groups[phd_code] == 1].tolist() == [3390, 3578, 12715]
+    assert {3389, 3577, 12714} <= set(phd)
+    # >50K: 71 of 330 (21.5 %) instead of the PhD domain's 74.1 %
+    assert int(y[phd_code].sum()) == 71 and round(100 * y[phd].mean(), 1) == 74.1
+    # the 83 rows the code's 80 % split drops, in CPython's set order (the same 80 % under CPython 3.6)
+    assert sorted(set(phd + 1) - set(phd_code))[:3] == [1690, 2022, 4019]
+    # the non-PhD set iterates in ascending order: rows 1 .. 26051 that follow a non-PhD row
+    non_code = code.train_indices[0]
+    assert len(non_code) == int(0.8 * (32561 - 413)) == 25718 and non_code[0] == 1 and non_code[-1] == 26051
+    assert set(non_code) == set(true.train_indices[0] + 1) & set(range(26052))
+    # the test rows are the standard test file's, by domain, as in the true reading
+    for a, b in zip(true.clients, code.clients):
+        assert torch.equal(a.y_test, b.y_test) and torch.equal(a.x_test, b.x_test)
+    assert torch.equal(code.clients[1].x_train, adult.x_train[torch.from_numpy(phd_code)])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(reading="official"), r"reading='official' is not allowed; it must be one of 'true', 'official-code'"),
+    (dict(reading="official-code", split=(0.8, 0.1, 0.1)), r"needs scheme='attribute', split=None"),
+    (dict(reading="official-code", scheme="one_class", classes=(0, 1)), r"needs scheme='attribute'"),
+    (dict(reading="official-code", pooled=True), r"pooled=False \(got scheme='attribute', split=None, pooled=True\)"),
+])
+def test_official_code_reading_is_validated(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        PartitionSpec(**{"scheme": "attribute", "num_clients": 2, "split": None, **kwargs})
+
+
+def test_official_code_reading_is_adult_only_and_enters_the_key(fmnist):
+    from fairfl import ExperimentConfig
+    spec = PartitionSpec("attribute", num_clients=2, split=None, reading="official-code")
+    with pytest.raises(ConfigError, match="not defined for dataset 'fashion_mnist'"):
+        ExperimentConfig(dataset="fashion_mnist", partition=spec)
+    with pytest.raises(ConfigError, match="defined for Adult only"):
+        partition_indices(dataclasses.replace(fmnist, groups_train=(fmnist.y_train.numpy() == 0).astype(np.int64)), spec)
+    true = ExperimentConfig(dataset="adult", model="logreg", partition=dataclasses.replace(spec, reading="true"))
+    code = true.replace(partition=spec)
+    assert code.key() != true.key() and ExperimentConfig.from_dict(code.to_dict()) == code
+    # the default is left out of the canonical form: keys made before the option existed still hold
+    assert "reading" not in true.to_dict()["partition"] and code.to_dict()["partition"]["reading"] == "official-code"
