@@ -320,9 +320,11 @@ def _worker_ship_group(group: ShippedGroup) -> list[tuple[str | None, str, dict[
     root = results_folder(scratch_root())
     for c, blob in zip(configs, group.checkpoints):
         d = prepare(c, root)
-        if blob is not None and not (d / CHECKPOINT).is_file():   # the driver's is older than one left here
+        # one left here by an earlier attempt of this task is newer than the driver's (which only
+        # a sweep on a backend that shares the cache folder has written)
+        if blob is not None and not (d / CHECKPOINT).is_file():
             atomic_write(d / CHECKPOINT, lambda p, b=blob: Path(p).write_bytes(b))
-    errors = _worker_run_group(([(c.to_dict(), m) for c, (_, m) in zip(configs, group.runs)], str(root)))
+    errors = _worker_run_group((group.runs, str(root)))
     out = []
     for c, error in zip(configs, errors):
         d = cache_entry(c, root)
