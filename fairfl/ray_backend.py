@@ -59,7 +59,8 @@ class RayBackend(_Closing):
         import ray
         if not ray.is_initialized():
             try:
-                ray.init(address=self.address, **{"include_dashboard": False, **self.init_options})
+                local = {"include_dashboard": False} if self.address is None else {}   # a new instance: no dashboard
+                ray.init(address=self.address, **{**local, **self.init_options})
             except (ConnectionError, ValueError, RuntimeError) as e:
                 where = self.address or "a local instance"
                 raise ConfigError(f"cannot reach the Ray cluster at {where} ({type(e).__name__}: {e}); check "
