@@ -15,7 +15,7 @@ checkpoint and cache entry, and its history equals the one-run-at-a-time result 
 A backend is anything with ``submit_all(fn, items) -> iterator of (index, result or
 exception)`` and ``close()``; :class:`SerialBackend` and :class:`ProcessBackend` (which keeps its
 workers between sweeps and places one worker per GPU when given ``gpus``) are here, and
-:class:`fairfl.ray_backend.RayBackend` sends the groups to a Ray cluster. The first two share the
+:class:`RayBackend` sends the groups to a Ray cluster. The first two share the
 cache folder with their workers, which write into it; a backend that says ``shares_files =
 False`` (Ray: no shared filesystem is assumed) is sent the runs' checkpoints with the configs,
 and its workers send each finished entry back as bytes, which the sweep writes into the cache
@@ -34,15 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
+from .atomic import atomic_write
 from .cache import checked_load, is_cached, pack, prepare, receive, results_folder, store
 from .cache import load as load_entry
 from .cache import entry as cache_entry
 from .cache import key as entry_key
-from .atomic import atomic_write
 from .config import ExperimentConfig
 from .errors import ConfigError, FairFLError, RunFailedError
-from .loop import CHECKPOINT
-from .loop import History, simulate, simulate_group
+from .loop import CHECKPOINT, History, simulate, simulate_group
 
 try:
     from tqdm.auto import tqdm
@@ -242,6 +241,118 @@ class ProcessBackend(_Closing):
             self._pool = None
 
 
+# A Ray cluster. Each lockstep group of a sweep is one Ray task that declares what it needs (one
+# CPU; one GPU for a CUDA group), so Ray packs the groups onto the cluster's cores or GPUs. No
+# shared filesystem is assumed (shares_files = False): a task trains into a folder of the machine
+# it lands on, resuming from the checkpoints the driver sent with it, and returns each finished
+# run's cache entry as bytes through Ray's object store; _sweep checks them and writes them into
+# the driver's cache atomically (fairfl.cache.receive). A worker that dies or a node that leaves
+# costs only its group: Ray sends the task again (up to `retries` more times, on the same or
+# another node; on the same node it resumes from the checkpoints its predecessor left), then
+# _sweep splits the group into single runs, each sent the same bounded number of times, so that
+# only a run that takes down its worker every time is reported (WorkerDied). `import ray` happens
+# at the first sweep, not when fairfl is imported.
+
+class RayBackend(_Closing):
+    """Run a sweep's groups as Ray tasks on the cluster at ``address`` (else
+    ``$FAIRFL_RAY_ADDRESS``: ``auto``, ``host:port`` or ``ray://host:port``; else Ray's own
+    choice: the ``RAY_ADDRESS`` variable, a cluster started on this machine with ``ray start``,
+    or a new local instance). A Ray already initialised in this process is used as it is.
+
+    ``device`` ("cpu" or "cuda") says which resource is a slot for :func:`plan_groups`:
+    the cluster's CPUs, or its GPUs. Each task asks for one CPU, and one GPU when its group trains
+    on CUDA (Ray then shows the task that GPU only: give such configs ``device="cuda"``).
+
+    Every node needs fairfl (the same version) and the datasets under its ``FAIRFL_DATA``; an
+    algorithm registered outside fairfl must be importable there too. A run trained on other data
+    or by another fairfl is refused (its cache key differs) rather than cached."""
+
+    shares_files = False          # _sweep: ship checkpoints out, entries back
+    RETRIES = 2
+
+    def __init__(self, address: str | None = None, device: str = "cpu", retries: int | None = None,
+                 **init_options: Any):
+        if device not in ("cpu", "cuda"):
+            raise ConfigError(f"RayBackend(device={device!r}): choose 'cpu' or 'cuda'")
+        self.address = address or os.environ.get("FAIRFL_RAY_ADDRESS") or None
+        self.device = device
+        self.retries = self.RETRIES if retries is None else int(retries)
+        if self.retries < 0:
+            raise ConfigError(f"RayBackend(retries={retries!r}): the number of retries cannot be negative")
+        self.init_options = init_options
+        self._started = False       # this backend called ray.init, so close() calls ray.shutdown
+        self._remote: dict[Callable, Any] = {}
+
+    def _ray(self):
+        import ray
+        if not ray.is_initialized():
+            try:
+                local = {"include_dashboard": False} if self.address is None else {}   # a new instance: no dashboard
+                ray.init(address=self.address, **{**local, **self.init_options})
+            except (ConnectionError, ValueError, RuntimeError) as e:
+                where = self.address or "a local instance"
+                raise ConfigError(f"cannot reach the Ray cluster at {where} ({type(e).__name__}: {e}); check "
+                                  "FAIRFL_RAY_ADDRESS (auto, host:port or ray://host:port)") from None
+            self._started = True
+        return ray
+
+    @property
+    def workers(self) -> int:
+        """Slots for plan_groups: the cluster's CPUs, or its GPUs for ``device="cuda"``."""
+        resources = self._ray().cluster_resources()
+        if self.device == "cuda":
+            gpus = int(resources.get("GPU", 0))
+            if gpus < 1:
+                raise ConfigError("RayBackend(device='cuda'): the Ray cluster has no GPU")
+            return gpus
+        return max(1, int(resources.get("CPU", 1)))
+
+    def submit_all(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        ray = self._ray()
+        from ray.exceptions import RayError, RayTaskError
+        remote = self._remote.get(fn)
+        if remote is None:
+            remote = self._remote[fn] = ray.remote(fn)
+        pending = {}
+        for i, item in enumerate(items):
+            gpu = getattr(item, "device_type", "cpu") == "cuda"
+            # max_retries: Ray sends a task again when its worker dies or its node leaves (not when
+            # it raises: a run's own error is reported, not retried)
+            ref = remote.options(num_cpus=1, num_gpus=1 if gpu else 0, max_retries=self.retries,
+                                 retry_exceptions=False).remote(item)
+            pending[ref] = i
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    i = pending.pop(ref)
+                    try:
+                        yield i, ray.get(ref)
+                    except RayTaskError as e:          # the job raised: its error, with the worker's traceback
+                        cause = getattr(e, "cause", None)
+                        yield i, _Failure(cause if isinstance(cause, BaseException) else e, str(e))
+                    except RayError as e:               # worker died, node left, out of memory, object lost
+                        error = WorkerDied(f"the Ray worker running it died or its node left, each of the "
+                                           f"{self.retries + 1} times it was sent ({type(e).__name__})")
+                        yield i, _Failure(error, str(e))
+        finally:
+            # Interrupted (KeyboardInterrupt, a failure upstream): tasks not started are dropped and
+            # running ones are interrupted, stopping at their last checkpoint on their node.
+            for ref in pending:
+                try:
+                    ray.cancel(ref)
+                except Exception:  # noqa: BLE001 - already finished or gone
+                    pass
+
+    def close(self) -> None:
+        """Disconnect from the cluster (a local instance this backend started stops)."""
+        if self._started:
+            import ray
+            ray.shutdown()
+            self._started = False
+        self._remote.clear()
+
+
 def _fairfl_settings() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("FAIRFL_")}
 
@@ -407,7 +518,7 @@ def chosen_backend() -> str | None:
 
 
 def default_backend(device: str = "cpu", workers: int | None = None) -> Backend:
-    """The backend ``$FAIRFL_BACKEND`` names (``ray``: a :class:`~fairfl.ray_backend.RayBackend`
+    """The backend ``$FAIRFL_BACKEND`` names (``ray``: a :class:`RayBackend`
     on the cluster at ``$FAIRFL_RAY_ADDRESS``, or a local Ray instance), else: CPU, a pool of
     one-thread workers, one per core (in-process on a single core); CUDA, this process for one GPU
     (every run of a sweep fused into one stream of work), one worker per GPU on a machine with
@@ -415,7 +526,6 @@ def default_backend(device: str = "cpu", workers: int | None = None) -> Backend:
     chosen = chosen_backend()
     cuda = device.startswith("cuda")
     if chosen == "ray":
-        from .ray_backend import RayBackend
         return RayBackend(device="cuda" if cuda else "cpu")
     if chosen == "serial":
         return SerialBackend()

@@ -16,8 +16,7 @@ ray = pytest.importorskip("ray")
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec  # noqa: E402
 from fairfl.cache import entry, is_cached  # noqa: E402
 from fairfl.errors import ConfigError, RunFailedError  # noqa: E402
-from fairfl.ray_backend import RayBackend  # noqa: E402
-from fairfl.sweeps import SerialBackend, default_backend, run_many, scratch_root  # noqa: E402
+from fairfl.sweeps import RayBackend, SerialBackend, default_backend, run_many, scratch_root  # noqa: E402
 
 CFG = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)}, model="logreg",
                        partition=PartitionSpec("iid", num_clients=6), local=LocalTraining(epochs=1, batch_size=100, lr=0.05),
