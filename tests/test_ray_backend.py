@@ -70,7 +70,7 @@ def local_ray(fairfl_env, fmnist, tmp_path_factory):
     sys.path.insert(0, str(folder))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", os.pathsep.join([str(folder), *filter(None, [os.environ.get("PYTHONPATH")])]))
-        # the node's address given, Ray does not look for it by opening a socket to a public address
+        # the node on the loopback address: nothing of the test's Ray listens beyond this machine
         ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
         try:
             import ray_algorithms_mod
