@@ -138,15 +138,23 @@ def read_json_npz(folder: Path | str) -> tuple[dict, dict]:
         npz_bytes = (folder / "history.npz").read_bytes()
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise CacheError(f"cache entry {folder} is unreadable ({type(e).__name__}: {e}); {advice}") from None
-    integrity = record.pop("integrity", None) if isinstance(record, dict) else None
-    if not isinstance(integrity, dict):
-        raise CacheError(f"cache entry {folder} has no integrity record (written by an older fairfl, or edited); {advice}")
-    if integrity.get("json_sha256") != _digest(record) or \
-            integrity.get("npz_sha256") != hashlib.sha256(npz_bytes).hexdigest():
-        raise CacheError(f"cache entry {folder} was changed after it was written (its checksums differ); {advice}")
+    check_json_npz(record, npz_bytes, f"cache entry {folder}", advice)
     try:
         with np.load(folder / "history.npz", allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError) as e:
         raise CacheError(f"cache entry {folder}: history.npz is unreadable ({e}); {advice}") from None
     return record, arrays
+
+
+def check_json_npz(record: dict, npz_bytes: bytes, what: str, advice: str) -> dict:
+    """Check a history pair (the parsed ``history.json`` and the bytes of ``history.npz``) against
+    the sha256 recorded by :func:`write_json_npz`; the record is returned without its integrity
+    part. A pair that fails is a :class:`CacheError` naming ``what``."""
+    integrity = record.pop("integrity", None) if isinstance(record, dict) else None
+    if not isinstance(integrity, dict):
+        raise CacheError(f"{what} has no integrity record (written by an older fairfl, or edited); {advice}")
+    if integrity.get("json_sha256") != _digest(record) or \
+            integrity.get("npz_sha256") != hashlib.sha256(npz_bytes).hexdigest():
+        raise CacheError(f"{what} was changed after it was written (its checksums differ); {advice}")
+    return record

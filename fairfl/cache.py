@@ -20,7 +20,7 @@ import shutil
 import warnings
 from pathlib import Path
 
-from .atomic import atomic_write, remove_stale_temporaries
+from .atomic import atomic_write, check_json_npz, remove_stale_temporaries
 from .config import CACHE_VERSION, ExperimentConfig
 from .data.base import fingerprint
 from .errors import CacheError, FairFLError
@@ -99,6 +99,33 @@ def store(history: History, folder: Path) -> None:
     (folder / CHECKPOINT).unlink(missing_ok=True)
 
 
+def pack(folder: Path) -> dict[str, bytes]:
+    """The files of a finished entry, as bytes: what a worker that shares no folder with the
+    driver sends back (``fairfl.sweeps``)."""
+    return {name: (Path(folder) / name).read_bytes() for name in FILES}
+
+
+def receive(config: ExperimentConfig, files: dict[str, bytes], root: Path | str | None = None) -> Path:
+    """Write a finished entry trained elsewhere (the bytes of :func:`pack`) into this cache. The
+    pair is checked against its own checksums and config before anything is written, so bytes
+    damaged on the way are an error, not an entry; each file is then written atomically, the
+    arrays first: until ``history.json`` lands the entry counts as unfinished (``is_cached``), so
+    an interrupted write never leaves half a history under the final names."""
+    where = f"the results of {config.label()} sent by a worker"
+    try:
+        record = check_json_npz(json.loads(files["history.json"]), files["history.npz"], where,
+                                "the run will be trained again")
+    except (KeyError, UnicodeDecodeError, ValueError) as e:
+        raise CacheError(f"{where} are incomplete or unreadable ({type(e).__name__}: {e})") from None
+    if record.get("config") != config.to_dict():
+        raise CacheError(f"{where} hold the history of another config")
+    d = prepare(config, root)
+    for name in ("history.npz", "history.json"):
+        atomic_write(d / name, lambda p, data=files[name]: Path(p).write_bytes(data))
+    (d / CHECKPOINT).unlink(missing_ok=True)
+    return d
+
+
 def checked_load(config: ExperimentConfig, root: Path | str | None = None) -> History | None:
     """The cached run if there is a good one; an unusable entry is reported and removed (None)."""
     if not is_cached(config, root):
@@ -111,4 +138,4 @@ def checked_load(config: ExperimentConfig, root: Path | str | None = None) -> Hi
 
 
 __all__ = ["results_folder", "key", "entry", "is_cached", "load", "checked_load", "prepare", "store", "discard",
-           "FairFLError"]
+           "pack", "receive", "FairFLError"]

@@ -155,6 +155,13 @@ def _cmd_reproduce(args) -> int:
         device = ExperimentConfig(device=args.device).device
         resolve_device(device)
         os.environ["FAIRFL_DEVICE"] = device
+    if args.address and args.backend != "ray":
+        from .errors import ConfigError
+        raise ConfigError(f"--address {args.address} is the address of a Ray cluster: add --backend ray")
+    if args.backend:         # handed to the kernels too: fairfl.sweeps.default_backend reads them
+        os.environ["FAIRFL_BACKEND"] = args.backend
+        if args.address:
+            os.environ["FAIRFL_RAY_ADDRESS"] = args.address
     # the kernels' progress bars as text: a widget has no state in the executed notebook (fairfl.progress)
     os.environ.setdefault("FAIRFL_PROGRESS", "text")
     out_dir = Path(args.output or outputs_root()) / profile
@@ -243,6 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--output", help="folder for executed notebooks (default: outputs/)")
     rp.add_argument("--kernel", default="python3")
     rp.add_argument("--device", help="'auto', 'cpu', 'cuda' or 'cuda:N' for every run of the notebooks (default: cpu)")
+    rp.add_argument("--backend", choices=("serial", "process", "ray"),
+                    help="where the notebooks' sweeps run (default: worker processes on this machine; "
+                         "ray: a Ray cluster, see --address)")
+    rp.add_argument("--address", help="the Ray cluster for --backend ray: 'auto' (the one started on this machine "
+                                      "with `ray start`), host:port, or ray://host:port (default: $FAIRFL_RAY_ADDRESS, "
+                                      "else a local Ray instance)")
     rp.set_defaults(fn=_cmd_reproduce)
 
     rs = sub.add_parser("results", help="the index of cached runs: settings, rounds done, final metrics, size")

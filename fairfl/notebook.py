@@ -90,12 +90,13 @@ def start(profile: str, profiles: Mapping[str, Mapping[str, Any]], workers: int 
     """The header of a notebook: resolve the profile, apply the plotting style, take the
     profile's settings with the parameters cell's non-None overrides (``seeds``, ``rounds``, …),
     the device (the parameter, else ``$FAIRFL_DEVICE``, else the CPU; ``fairfl reproduce
-    --device cuda`` sets it) and a backend: in-process for smoke and on a GPU (one process
-    feeds the GPU best: all runs of a sweep fused), else a pool of worker processes."""
+    --device cuda`` sets it) and a backend: the one ``$FAIRFL_BACKEND`` names (``fairfl reproduce
+    --backend ray`` sets it), else in-process for smoke and on a GPU (one process feeds the GPU
+    best: all runs of a sweep fused), else a pool of worker processes."""
     from .engine import resolve_device
     from .plotting import use_style
     from .config import ExperimentConfig
-    from .sweeps import SerialBackend, default_backend
+    from .sweeps import SerialBackend, chosen_backend, default_backend
     device = ExperimentConfig(device=device or os.environ.get("FAIRFL_DEVICE", "cpu")).device
     resolve_device(device)            # a CUDA device this machine lacks is named now, before any data is read
     profile = resolve_profile(profile)
@@ -112,7 +113,7 @@ def start(profile: str, profiles: Mapping[str, Mapping[str, Any]], workers: int 
     # what the profile's claims were not calibrated on: they are then recorded, not checked (fairfl.claims)
     overridden = {k: (profiles[profile][k], v) for k, v in settings.items() if v != profiles[profile][k]}
     use_style()
-    backend = SerialBackend() if profile == "smoke" else default_backend(device, workers)
+    backend = SerialBackend() if profile == "smoke" and chosen_backend() is None else default_backend(device, workers)
     session = Session(profile, settings, figure_dir(profile), backend, device, overridden)
     print(f"profile={profile}", {k: v for k, v in settings.items()}, f"device={device}",
           f"figures -> {session.figures}")

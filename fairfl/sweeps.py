@@ -14,14 +14,19 @@ checkpoint and cache entry, and its history equals the one-run-at-a-time result 
 
 A backend is anything with ``submit_all(fn, items) -> iterator of (index, result or
 exception)`` and ``close()``; :class:`SerialBackend` and :class:`ProcessBackend` (which keeps its
-workers between sweeps and places one worker per GPU when given ``gpus``) are here, and a
-distributed one (e.g. Ray: one ``ray.remote`` task per item, yielded with ``ray.wait``) plugs in
-the same way without touching the notebooks, since the workers share nothing but the cache folder.
+workers between sweeps and places one worker per GPU when given ``gpus``) are here, and
+:class:`RayBackend` sends the groups to a Ray cluster. The first two share the
+cache folder with their workers, which write into it; a backend that says ``shares_files =
+False`` (Ray: no shared filesystem is assumed) is sent the runs' checkpoints with the configs,
+and its workers send each finished entry back as bytes, which the sweep writes into the cache
+atomically. ``$FAIRFL_BACKEND`` (serial, process or ray) picks the backend of ``run_many`` and of
+the notebooks (:func:`default_backend`).
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -29,12 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
-from .cache import checked_load, is_cached, prepare, results_folder, store
+from .atomic import atomic_write
+from .cache import checked_load, is_cached, pack, prepare, receive, results_folder, store
 from .cache import load as load_entry
 from .cache import entry as cache_entry
+from .cache import key as entry_key
 from .config import ExperimentConfig
-from .errors import FairFLError, RunFailedError
-from .loop import History, simulate, simulate_group
+from .errors import ConfigError, FairFLError, RunFailedError
+from .loop import CHECKPOINT, History, simulate, simulate_group
 from .progress import SweepProgress
 
 
@@ -264,6 +271,118 @@ class ProcessBackend(_Closing):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+# A Ray cluster. Each lockstep group of a sweep is one Ray task that declares what it needs (one
+# CPU; one GPU for a CUDA group), so Ray packs the groups onto the cluster's cores or GPUs. No
+# shared filesystem is assumed (shares_files = False): a task trains into a folder of the machine
+# it lands on, resuming from the checkpoints the driver sent with it, and returns each finished
+# run's cache entry as bytes through Ray's object store; _sweep checks them and writes them into
+# the driver's cache atomically (fairfl.cache.receive). A worker that dies or a node that leaves
+# costs only its group: Ray sends the task again (up to `retries` more times, on the same or
+# another node; on the same node it resumes from the checkpoints its predecessor left), then
+# _sweep splits the group into single runs, each sent the same bounded number of times, so that
+# only a run that takes down its worker every time is reported (WorkerDied). `import ray` happens
+# at the first sweep, not when fairfl is imported.
+
+class RayBackend(_Closing):
+    """Run a sweep's groups as Ray tasks on the cluster at ``address`` (else
+    ``$FAIRFL_RAY_ADDRESS``: ``auto``, ``host:port`` or ``ray://host:port``; else Ray's own
+    choice: the ``RAY_ADDRESS`` variable, a cluster started on this machine with ``ray start``,
+    or a new local instance). A Ray already initialised in this process is used as it is.
+
+    ``device`` ("cpu" or "cuda") says which resource is a slot for :func:`plan_groups`:
+    the cluster's CPUs, or its GPUs. Each task asks for one CPU, and one GPU when its group trains
+    on CUDA (Ray then shows the task that GPU only: give such configs ``device="cuda"``).
+
+    Every node needs fairfl (the same version) and the datasets under its ``FAIRFL_DATA``; an
+    algorithm registered outside fairfl must be importable there too. A run trained on other data
+    or by another fairfl is refused (its cache key differs) rather than cached."""
+
+    shares_files = False          # _sweep: ship checkpoints out, entries back
+    RETRIES = 2
+
+    def __init__(self, address: str | None = None, device: str = "cpu", retries: int | None = None,
+                 **init_options: Any):
+        if device not in ("cpu", "cuda"):
+            raise ConfigError(f"RayBackend(device={device!r}): choose 'cpu' or 'cuda'")
+        self.address = address or os.environ.get("FAIRFL_RAY_ADDRESS") or None
+        self.device = device
+        self.retries = self.RETRIES if retries is None else int(retries)
+        if self.retries < 0:
+            raise ConfigError(f"RayBackend(retries={retries!r}): the number of retries cannot be negative")
+        self.init_options = init_options
+        self._started = False       # this backend called ray.init, so close() calls ray.shutdown
+        self._remote: dict[Callable, Any] = {}
+
+    def _ray(self):
+        import ray
+        if not ray.is_initialized():
+            try:
+                local = {"include_dashboard": False} if self.address is None else {}   # a new instance: no dashboard
+                ray.init(address=self.address, **{**local, **self.init_options})
+            except (ConnectionError, ValueError, RuntimeError) as e:
+                where = self.address or "a local instance"
+                raise ConfigError(f"cannot reach the Ray cluster at {where} ({type(e).__name__}: {e}); check "
+                                  "FAIRFL_RAY_ADDRESS (auto, host:port or ray://host:port)") from None
+            self._started = True
+        return ray
+
+    @property
+    def workers(self) -> int:
+        """Slots for plan_groups: the cluster's CPUs, or its GPUs for ``device="cuda"``."""
+        resources = self._ray().cluster_resources()
+        if self.device == "cuda":
+            gpus = int(resources.get("GPU", 0))
+            if gpus < 1:
+                raise ConfigError("RayBackend(device='cuda'): the Ray cluster has no GPU")
+            return gpus
+        return max(1, int(resources.get("CPU", 1)))
+
+    def submit_all(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        ray = self._ray()
+        from ray.exceptions import RayError, RayTaskError
+        remote = self._remote.get(fn)
+        if remote is None:
+            remote = self._remote[fn] = ray.remote(fn)
+        pending = {}
+        for i, item in enumerate(items):
+            gpu = getattr(item, "device_type", "cpu") == "cuda"
+            # max_retries: Ray sends a task again when its worker dies or its node leaves (not when
+            # it raises: a run's own error is reported, not retried)
+            ref = remote.options(num_cpus=1, num_gpus=1 if gpu else 0, max_retries=self.retries,
+                                 retry_exceptions=False).remote(item)
+            pending[ref] = i
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    i = pending.pop(ref)
+                    try:
+                        yield i, ray.get(ref)
+                    except RayTaskError as e:          # the job raised: its error, with the worker's traceback
+                        cause = getattr(e, "cause", None)
+                        yield i, _Failure(cause if isinstance(cause, BaseException) else e, str(e))
+                    except RayError as e:               # worker died, node left, out of memory, object lost
+                        error = WorkerDied(f"the Ray worker running it died or its node left, each of the "
+                                           f"{self.retries + 1} times it was sent ({type(e).__name__})")
+                        yield i, _Failure(error, str(e))
+        finally:
+            # Interrupted (KeyboardInterrupt, a failure upstream): tasks not started are dropped and
+            # running ones are interrupted, stopping at their last checkpoint on their node.
+            for ref in pending:
+                try:
+                    ray.cancel(ref)
+                except Exception:  # noqa: BLE001 - already finished or gone
+                    pass
+
+    def close(self) -> None:
+        """Disconnect from the cluster (a local instance this backend started stops)."""
+        if self._started:
+            import ray
+            ray.shutdown()
+            self._started = False
+        self._remote.clear()
+
+
 def _fairfl_settings() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("FAIRFL_")}
 
@@ -309,6 +428,79 @@ def _worker_run_group(args: tuple[list[tuple[dict, str]], str | None]) -> list[s
     return out
 
 
+@dataclass(frozen=True)
+class ShippedGroup:
+    """A group for a worker that shares no folder with the driver (``RayBackend``): the configs,
+    the checkpoints the driver holds for them (bytes, or None), and the device type they train on
+    (a backend reserves a GPU for a CUDA group)."""
+
+    runs: list[tuple[dict, str]]
+    checkpoints: list[bytes | None]
+    device_type: str = "cpu"
+
+
+def scratch_root() -> Path:
+    """The worker-side results folder of :func:`_worker_ship_group`: one per machine and user, not
+    per task, so that a task that Ray sends again to the same machine after its worker died
+    resumes from the checkpoints that worker left."""
+    import tempfile
+    return Path(tempfile.gettempdir()) / f"fairfl-worker-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+
+
+def _worker_ship_group(group: ShippedGroup) -> list[tuple[str | None, str, dict[str, bytes] | None]]:
+    """Runs in a worker that shares no folder with the driver: train (or resume) the group into
+    this machine's :func:`scratch_root` as :func:`_worker_run_group` does into the cache, then
+    return, per config, (the error that stopped it or None, its entry's key here, the files of its
+    finished entry as bytes); the driver writes them into its cache (``fairfl.cache.receive``) and
+    this machine keeps nothing. The key lets the driver refuse a run trained on other data than
+    its own (the key holds the data's fingerprint and the cache version)."""
+    import importlib
+    for _, module in group.runs:
+        importlib.import_module(module)
+    configs = [ExperimentConfig.from_dict(d) for d, _ in group.runs]
+    root = results_folder(scratch_root())
+    for c, blob in zip(configs, group.checkpoints):
+        d = prepare(c, root)
+        # one left here by an earlier attempt of this task is newer than the driver's (which only
+        # a sweep on a backend that shares the cache folder has written)
+        if blob is not None and not (d / CHECKPOINT).is_file():
+            atomic_write(d / CHECKPOINT, lambda p, b=blob: Path(p).write_bytes(b))
+    errors = _worker_run_group((group.runs, str(root)))
+    out = []
+    for c, error in zip(configs, errors):
+        d = cache_entry(c, root)
+        files = pack(d) if error is None else None
+        if error is None:
+            shutil.rmtree(d, ignore_errors=True)
+        out.append((error, entry_key(c), files))
+    return out
+
+
+def _ship(configs: Sequence[ExperimentConfig], root: Path | None) -> ShippedGroup:
+    blobs = []
+    for c in configs:
+        path = cache_entry(c, root) / CHECKPOINT
+        blobs.append(path.read_bytes() if path.is_file() else None)
+    device = "cuda" if any(c.device_type == "cuda" for c in configs) else "cpu"
+    return ShippedGroup([_portable(c) for c in configs], blobs, device)
+
+
+def _receive(config: ExperimentConfig, shipped: tuple[str | None, str, dict[str, bytes] | None],
+             root: Path | None) -> str | None:
+    """Write a run a worker sent back into the cache; its error, or None."""
+    error, key, files = shipped
+    if error is not None:
+        return error
+    if key != entry_key(config):
+        return ("the worker's data or fairfl differ from this machine's (its cache key is another): give every "
+                "node the same data files and fairfl version")
+    try:
+        receive(config, files, root)
+    except FairFLError as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
 # Runs of one family — same data, model and shape of local training — share their fused steps best.
 # A group is at most this many runs (memory: each holds its own model, state and history). A GPU
 # needs many instances per step to be busy (a stacked step of the Table 3 CNN was measured to fill
@@ -340,13 +532,40 @@ def plan_groups(configs: Sequence[ExperimentConfig], slots: int, max_group: int 
     return sorted(groups, key=len, reverse=True)
 
 
+BACKENDS = ("serial", "process", "ray")
+
+
+def chosen_backend() -> str | None:
+    """``$FAIRFL_BACKEND`` (serial, process or ray), or None when it is not set; any other value is
+    a ConfigError."""
+    name = os.environ.get("FAIRFL_BACKEND", "").strip().lower()
+    if not name:
+        return None
+    if name not in BACKENDS:
+        raise ConfigError(f"FAIRFL_BACKEND={os.environ['FAIRFL_BACKEND']!r} is not a backend; choose one of "
+                          f"{', '.join(BACKENDS)} (or unset it for the default)")
+    return name
+
+
 def default_backend(device: str = "cpu", workers: int | None = None) -> Backend:
-    """CPU: a pool of one-thread workers, one per core (in-process on a single core). CUDA: this
-    process for one GPU (every run of a sweep fused into one stream of work), one worker per GPU
-    on a machine with several."""
-    if device.startswith("cuda"):
+    """The backend ``$FAIRFL_BACKEND`` names (``ray``: a :class:`RayBackend`
+    on the cluster at ``$FAIRFL_RAY_ADDRESS``, or a local Ray instance), else: CPU, a pool of
+    one-thread workers, one per core (in-process on a single core); CUDA, this process for one GPU
+    (every run of a sweep fused into one stream of work), one worker per GPU on a machine with
+    several."""
+    chosen = chosen_backend()
+    cuda = device.startswith("cuda")
+    if chosen == "ray":
+        return RayBackend(device="cuda" if cuda else "cpu")
+    if chosen == "serial":
+        return SerialBackend()
+    gpus = 0
+    if cuda:
         import torch
         gpus = torch.cuda.device_count() if device == "cuda" else 1
+    if chosen == "process":
+        return ProcessBackend(gpus=gpus) if cuda else ProcessBackend(workers=workers)
+    if cuda:
         return ProcessBackend(gpus=gpus) if gpus > 1 else SerialBackend()
     return ProcessBackend(workers=workers) if (workers or os.cpu_count() or 1) > 1 else SerialBackend()
 
@@ -368,7 +587,9 @@ def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None
     results_folder(root)
     own = backend is None   # a pool made for this call only is closed after it
     device = "cuda" if any(c.device_type == "cuda" for c in configs) else "cpu"
-    backend = backend or (SerialBackend() if sum(not is_cached(c, root) for c in configs) <= 1 else default_backend(device))
+    if backend is None:      # one run trains in this process, unless $FAIRFL_BACKEND asks for another place
+        one = sum(not is_cached(c, root) for c in configs) <= 1
+        backend = SerialBackend() if one and chosen_backend() is None else default_backend(device)
     try:
         return _sweep(configs, backend, root, progress, raise_on_failure, max_group)
     finally:
@@ -393,15 +614,25 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
         watch = SweepProgress([run_dir(c, root) for c in todo], [c.rounds for c in todo], enabled=progress,
                               desc=f"{len(todo)} {what}" + (f" ({len(configs) - len(todo)} cached)" if len(todo) < len(unique) else ""))
         groups = plan_groups(todo, max(1, int(getattr(backend, "workers", 1))), max_group)
+        # A backend whose workers share no folder with this process (shares_files = False: Ray on a
+        # cluster) gets the runs' checkpoints with the configs and sends the finished entries back,
+        # which are written here; the others train straight into the cache folder.
+        shared = getattr(backend, "shares_files", True)
         try:
             while groups:
-                items = [([_portable(todo[i]) for i in g], str(root) if root else None) for g in groups]
+                if shared:
+                    job, items = _worker_run_group, [([_portable(todo[i]) for i in g], str(root) if root else None)
+                                                     for g in groups]
+                else:
+                    job, items = _worker_ship_group, [_ship([todo[i] for i in g], root) for g in groups]
                 again = []
-                for gi, result in backend.submit_all(_worker_run_group, items):
+                for gi, result in backend.submit_all(job, items):
                     group = groups[gi]
                     if isinstance(result, _Failure) and isinstance(result.error, WorkerDied) and len(group) > 1:
                         again += [[i] for i in group]
                         continue
+                    if not shared and not isinstance(result, _Failure):
+                        result = [_receive(todo[i], shipped, root) for i, shipped in zip(group, result)]
                     for n, i in enumerate(group):
                         error = (f"{type(result.error).__name__}: {result.error}" if isinstance(result, _Failure)
                                  else result[n])

@@ -1,0 +1,151 @@
+"""Throughput of one sweep on a multi-process Ray cluster against the process pool, on this machine.
+
+The cluster is two Ray nodes started here with ``ray start`` (a head and a worker node, one CPU
+each, so two slots as the pool has two workers), and the sweep goes to it through
+``RayBackend(address=...)``: every group is a Ray task, and every finished run comes back as
+bytes through Ray's object store and is written into the driver's cache. The pool
+(``ProcessBackend(workers=2)``) trains the same sweep straight into the cache folder. Both sides
+plan the same lockstep groups (two slots), start warm (workers up and data loaded by an untimed
+first sweep), train into an empty cache each time, and alternate which goes first; the medians
+over ``--reps`` pairs are printed as a table.
+
+    python benchmarks/ray_throughput.py [--reps 3] [--runs 8] [--rounds 10]
+
+The nodes are started with ``ray start --block`` under their own temporary folder and ports (not
+``/tmp/ray``, so no other Ray user of this machine finds them), and ended at the end by stopping
+those two commands, which stop the processes they started (as ``ray stop`` would, without
+touching another Ray on the machine). ``--address host:port`` uses a running cluster instead.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec  # noqa: E402
+from fairfl.sweeps import ProcessBackend, RayBackend, run_many  # noqa: E402
+
+
+def sweep(runs: int, rounds: int) -> list[ExperimentConfig]:
+    """FedAvg on three Fashion-MNIST classes, the two-layer MLP, 10 clients of label shards, 4 per
+    round, 2 epochs of b = 20: one seed per run."""
+    base = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)}, model="mlp2",
+                            partition=PartitionSpec("shards", num_clients=10, shards_per_client=2),
+                            local=LocalTraining(epochs=2, batch_size=20, lr=0.05), rounds=rounds,
+                            clients_per_round=4, eval_every=max(1, rounds // 2))
+    return [base.replace(seed=s) for s in range(runs)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def start_cluster(temp: Path, procs: list[subprocess.Popen]) -> str:
+    """A head and a worker node on this machine, one CPU each; returns the head's address. The
+    two ``ray start --block`` commands are added to ``procs`` as they start."""
+    ray = str(Path(sys.executable).parent / "ray")
+    port = free_port()
+    common = ["--num-cpus=1", f"--temp-dir={temp}", "--block", "--disable-usage-stats"]
+    head = subprocess.Popen([ray, "start", "--head", f"--port={port}", "--include-dashboard=false",
+                             f"--ray-client-server-port={free_port()}", *common],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs.append(head)
+    import ray as ray_module
+    from ray._private.services import get_node_ip_address
+    address = f"{get_node_ip_address()}:{port}"
+    deadline = time.monotonic() + 120
+    while True:                               # wait for the head, then add the second node
+        try:
+            subprocess.run([ray, "status", f"--address={address}"], check=True, capture_output=True, timeout=60)
+            break
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            if time.monotonic() > deadline or head.poll() is not None:
+                raise RuntimeError("the Ray head did not start")
+            time.sleep(1)
+    procs.append(subprocess.Popen([ray, "start", f"--address={address}", *common],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    ray_module.init(address=address)
+    while len([n for n in ray_module.nodes() if n["Alive"]]) < 2:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the second Ray node did not join")
+        time.sleep(1)
+    ray_module.shutdown()
+    return address
+
+
+def stop_cluster(procs: list[subprocess.Popen]) -> None:
+    for p in reversed(procs):                 # the worker node first, then the head
+        p.send_signal(signal.SIGINT)          # what ray start --block stops its processes on
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--address", help="a running Ray cluster (default: start two one-CPU nodes here)")
+    args = ap.parse_args()
+    configs = sweep(args.runs, args.rounds)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # the nodes' workers inherit this environment: this checkout's fairfl, the data folder
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                                *filter(None, [os.environ.get("PYTHONPATH")])])
+    temp = Path(tempfile.mkdtemp(prefix="fairfl-ray-"))
+    procs: list[subprocess.Popen] = []
+    try:
+        address = args.address
+        if address is None:
+            t0 = time.perf_counter()
+            address = start_cluster(temp, procs)
+            print(f"Ray cluster of two one-CPU nodes at {address} started in {time.perf_counter() - t0:.1f} s")
+        ray_backend = RayBackend(address=address)
+        pool = ProcessBackend(workers=2)
+        sides = {"ProcessBackend(workers=2)": pool, f"RayBackend, {ray_backend.workers} nodes' CPUs": ray_backend}
+
+        def timed(backend) -> float:
+            with tempfile.TemporaryDirectory() as tmp:     # an empty cache: every run trains
+                t0 = time.perf_counter()
+                run_many(configs, backend=backend, root=Path(tmp), progress=False)
+                return time.perf_counter() - t0
+
+        for backend in sides.values():                     # untimed: workers up, data loaded
+            with tempfile.TemporaryDirectory() as tmp:
+                run_many([c.replace(rounds=1, eval_every=1) for c in configs[:2]], backend=backend,
+                         root=Path(tmp), progress=False)
+        times: dict[str, list[float]] = {name: [] for name in sides}
+        for i in range(args.reps):
+            order = list(sides) if i % 2 == 0 else list(reversed(sides))
+            for name in order:
+                times[name].append(timed(sides[name]))
+            print(f"pair {i + 1}: " + ", ".join(f"{n} {times[n][-1]:.1f} s" for n in sides), flush=True)
+        pool.close()
+        ray_backend.close()
+    finally:
+        stop_cluster(procs)
+        shutil.rmtree(temp, ignore_errors=True)
+    print(f"\n{len(configs)} runs ({args.rounds} rounds each), medians of {args.reps} repetitions, fresh cache each:")
+    print("| backend | sweep time | runs / min |")
+    print("|---|---|---|")
+    for name, t in times.items():
+        m = statistics.median(t)
+        print(f"| {name} | {m:.1f} s | {60 * len(configs) / m:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
