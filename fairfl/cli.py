@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
 from .claims import PROFILES
+from .config import parse_setting_value, set_dotted
 
 
 def _cmd_data(args) -> int:
@@ -25,30 +25,6 @@ def _cmd_data(args) -> int:
     return 0
 
 
-def _parse_value(text: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def _set(d: dict, dotted: str, value) -> None:
-    """``--set a.b=v``. A new algorithm name starts from that algorithm's defaults
-    (``--set algorithm=fedfv --set algorithm.alpha=0.5``)."""
-    from .errors import ConfigError
-    keys = dotted.split(".")
-    if keys == ["algorithm"] and isinstance(value, str):
-        value = {"name": value}
-    for i, k in enumerate(keys[:-1]):
-        if k == "algorithm" and isinstance(d.get(k), str):
-            d[k] = {"name": d[k]}
-        inner = d.setdefault(k, {})
-        if not isinstance(inner, dict):
-            raise ConfigError(f"--set {dotted}: {'.'.join(keys[:i + 1])} is {inner!r}, not a group of settings")
-        d = inner
-    d[keys[-1]] = value
-
-
 def _cmd_run(args) -> int:
     from .config import ExperimentConfig
     from .errors import ConfigError
@@ -60,7 +36,7 @@ def _cmd_run(args) -> int:
         if "=" not in item:
             raise ConfigError(f"--set takes KEY=VALUE (e.g. local.lr=0.1), got {item!r}")
         k, v = item.split("=", 1)
-        _set(base, k, _parse_value(v))
+        set_dotted(base, k, parse_setting_value(v))
     if args.device:
         base["device"] = args.device
     cfg = ExperimentConfig.from_dict(base).validate()
@@ -122,7 +98,7 @@ def _parameters(items: list[str]) -> dict:
             raise ConfigError(f"-p takes KEY=VALUE with KEY a parameter of the notebook (e.g. -p rounds=10), got {item!r}")
         if key == "profile":
             raise ConfigError("-p profile=...: choose the profile with --profile")
-        out[key] = _parse_value(value)
+        out[key] = parse_setting_value(value)
     return out
 
 

@@ -260,3 +260,28 @@ def _plain(x):
     if isinstance(x, (list, tuple)):
         return [_plain(v) for v in x]
     return x
+
+
+def parse_setting_value(text: str):
+    """A setting typed as text (``--set k=v``, ``-p k=v``, the explorer's "run it"): JSON where it
+    parses (numbers, lists, true/false, null), else the string itself."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def set_dotted(d: dict, dotted: str, value) -> None:
+    """Set ``a.b=v`` in a config's plain form (``--set a.b=v``). A new algorithm name starts from
+    that algorithm's defaults (``--set algorithm=fedfv --set algorithm.alpha=0.5``)."""
+    keys = dotted.split(".")
+    if keys == ["algorithm"] and isinstance(value, str):
+        value = {"name": value}
+    for i, k in enumerate(keys[:-1]):
+        if k == "algorithm" and isinstance(d.get(k), str):
+            d[k] = {"name": d[k]}
+        inner = d.setdefault(k, {})
+        if not isinstance(inner, dict):
+            raise ConfigError(f"--set {dotted}: {'.'.join(keys[:i + 1])} is {inner!r}, not a group of settings")
+        d = inner
+    d[keys[-1]] = value

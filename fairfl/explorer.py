@@ -436,7 +436,7 @@ class Explorer:
         """Train selection A with ``changes`` (``"rounds=50 algorithm.eps=0.3"``, dotted config
         keys as ``fairfl run --set``) for ``seeds`` (default: the chosen ones) through
         :func:`fairfl.sweeps.run_many`, then add the runs and redraw. Cached runs are loaded."""
-        from .cli import _parse_value, _set
+        from .config import parse_setting_value, set_dotted
         from .config import ExperimentConfig
         from .sweeps import run_many
         items = changes.split() if isinstance(changes, str) else list(changes)
@@ -448,7 +448,7 @@ class Explorer:
             if "=" not in item:
                 raise ConfigError(f"explore: a change is KEY=VALUE (e.g. rounds=50, algorithm.eps=0.3), got {item!r}")
             k, v = item.split("=", 1)
-            _set(base, k, _parse_value(v))
+            set_dotted(base, k, parse_setting_value(v))
         seeds = list(seeds if seeds is not None else self.chosen_seeds) or [int(base.get("seed", 0))]
         configs = [ExperimentConfig.from_dict({**base, "seed": s}) for s in seeds]   # a bad change is named now
         out = self._progress if self.widget is not None else None
