@@ -242,3 +242,14 @@ def test_every_reading_together_runs_on_real_multimnist(fairfl_env):
     assert lam.shape == (2, 2) and np.isfinite(h.train_losses()).all()
     assert (lam >= 0.001 - 1e-15).all() and (lam <= 0.999 + 1e-15).all()
     np.testing.assert_allclose(lam.sum(axis=1), 1.0, atol=1e-12)
+
+
+def test_fmol_config_readings_are_declared_distinct_and_validated():
+    from fairfl.paper import FMOL_READINGS
+    keys = {r: fmol_config(K=1, iid=True, reading=r).validate().key() for r in FMOL_READINGS}
+    assert keys["ours"] == fmol_config(K=1, iid=True).key() and len(set(keys.values())) == len(FMOL_READINGS)
+    sk = fmol_config(K=5, iid=False, reading="sk-all")
+    assert dict(sk.dataset_options) == {"normalize": "mnist", "construction": "sener_koltun"}
+    assert (sk.algorithm.solver, sk.algorithm.qp_params) == ("sener_koltun", "shared") and not sk.model_options
+    with pytest.raises(ConfigError, match="reading='s&k' is not one of ours, sk-pixels"):
+        fmol_config(K=1, reading="s&k")
