@@ -264,6 +264,17 @@ class Evaluation:
     client_train_loss: list | None = None
 
 
+def merge_evaluations(parts: Sequence[Evaluation]) -> Evaluation:
+    """One Evaluation of clients evaluated one at a time (``parts[k]``: client k alone, at its
+    own model): the training loss averaged uniformly over the clients, per objective for a
+    multi-task model (what :func:`evaluate_model` does over all clients at once)."""
+    train = [p.train_loss for p in parts]
+    mean_train = (float(np.mean(train)) if not isinstance(train[0], list)
+                  else [float(v) for v in np.mean(np.asarray(train, dtype=np.float64), axis=0)])
+    return Evaluation([p.test_acc[0] for p in parts], [p.test_loss[0] for p in parts], mean_train,
+                      [p.client_train_loss[0] for p in parts])
+
+
 def _split_means(values: torch.Tensor, sizes: list[int]) -> list[float]:
     return [float(v.mean()) if len(v) else float("nan") for v in values.split(sizes)]
 
@@ -416,8 +427,4 @@ class ClientRuntime:
         for k, p in enumerate(params):
             set_flat_params(self.model, p.to(self.device))
             parts.append(evaluate_model(self.model, [self.data[k]]))
-        train = [p.train_loss for p in parts]
-        mean_train = (float(np.mean(train)) if not isinstance(train[0], list)
-                      else [float(v) for v in np.mean(np.asarray(train, dtype=np.float64), axis=0)])
-        return Evaluation([p.test_acc[0] for p in parts], [p.test_loss[0] for p in parts], mean_train,
-                          [p.client_train_loss[0] for p in parts])
+        return merge_evaluations(parts)

@@ -14,7 +14,9 @@ node for its id once (a ``query`` message) and then sends client k's work to k's
 loads the experiment's federated data with fairfl's loader and trains only on its own client's
 part, with that client's batch stream of (seed, round, client); so a Flower run of a config
 computes the same rounds as ``fairfl.loop.simulate`` on it (tested, to float tolerance: the loop
-fuses a round's clients into one computation, a node trains its client alone).
+fuses a round's clients into one computation, a node trains its client alone). Evaluation runs on
+the nodes, one row per client, and the strategy summarises the rows with the algorithm's own
+``evaluate`` (FMOL: each objective's mean over its holders), as the loop does.
 
 Wire format (Flower's records; each choice is forced by what a record may hold):
 
@@ -26,8 +28,9 @@ Wire format (Flower's records; each choice is forced by what a record may hold):
 * a client's report: per-client arrays in an ``ArrayRecord`` (``"report"``: the update, (d,) or
   (S, d) for FMOL, and any per-objective losses, masks and extras), per-client scalars in a
   ``MetricRecord`` (``"metrics"``: ``client-id``, ``num-examples``, the losses, DQN-Fed's
-  ``extra.dqn_d``). A MetricRecord holds Python floats: scalars arrive as float64, which every
-  rule reads in float64 anyway (the float32 → float64 conversion is exact);
+  ``extra.dqn_d`` and, for its safeguard, ``extra.dqn_curvature`` and ``extra.dqn_scale``). A
+  MetricRecord holds Python floats: scalars arrive as float64, which every rule reads in float64
+  anyway (the float32 → float64 conversion is exact);
 * a client's state across rounds (Ditto's personal model) stays on its node, in the node's
   ``Context.state``.
 """
@@ -44,7 +47,8 @@ import torch
 
 from .algorithms.base import Context, RoundPlan
 from .attacks import make_attack
-from .client import ClientRuntime, Evaluation, LocalTraining, evaluate_model, flat_params, set_flat_params
+from .client import ClientRuntime, Evaluation, LocalTraining, evaluate_model, flat_params, merge_evaluations, \
+    set_flat_params
 from .config import ExperimentConfig
 from .errors import ConfigError, RunFailedError, TrainingDivergedError
 from .loop import History, federated_data, run_threads
@@ -208,6 +212,7 @@ class FairflStrategy(Strategy):
         self.history = History(config.to_dict())
         self.nodes: dict[int, int] = {}        # fairfl client id -> Flower node id
         self._round: tuple[Context, RoundPlan] | None = None
+        self._shown: torch.Tensor | None = None      # the model the nodes last evaluated
         self._t0 = 0.0
 
     @property
@@ -296,7 +301,8 @@ class FairflStrategy(Strategy):
                            grid: Grid) -> Iterable[Message]:
         if server_round % self.config.eval_every and server_round != self.config.rounds:
             return []
-        shown = to_arrays(self.model, self.algorithm.eval_params(self.state, self.params))
+        self._shown = self.algorithm.eval_params(self.state, self.params)
+        shown = to_arrays(self.model, self._shown)
         _, plan = self._round
         _, tensors = _plan_config(replace(self.base, round=server_round - 1), plan, self.run_key)
         content = RecordDict({"arrays": shown, "plan": tensors,
@@ -312,14 +318,44 @@ class FairflStrategy(Strategy):
         if failed:
             raise RunFailedError(f"evaluation after round {server_round}: " + "; ".join(failed))
         by_client = {int(r.content["metrics"]["client-id"]): r.content["metrics"] for r in replies}
-        rows = [by_client[k] for k in sorted(by_client)]
-        train = np.asarray([m["train-loss"] for m in rows], dtype=np.float64)
-        mean_train = train.mean(axis=0)
-        ev = Evaluation([m["test-acc"] for m in rows], [m["test-loss"] for m in rows],
-                        float(mean_train) if np.ndim(mean_train) == 0 else mean_train.tolist(), train.tolist())
+        if sorted(by_client) != sorted(self.nodes):
+            raise RunFailedError(f"evaluation after round {server_round}: client(s) "
+                                 f"{sorted(set(self.nodes) - set(by_client))} did not report")
+        rows = [Evaluation([m["test-acc"]], [m["test-loss"]], m["train-loss"], [m["train-loss"]])
+                for m in (by_client[k] for k in sorted(by_client))]
+        # the algorithm's own evaluate summarises the nodes' rows as the loop's does (FMOL: each
+        # objective's training loss averaged over the clients that hold it, eq. (2))
+        ctx, _ = self._round
+        ev = self.algorithm.evaluate(replace(ctx, params=self.params), self.state, _Evaluated(rows, self._shown))
         self.history.record(server_round, ev)
         acc = np.asarray(ev.test_acc, dtype=np.float64)
-        return MetricRecord({"mean-test-acc": float(np.nanmean(acc)), "train-loss": float(np.mean(mean_train))})
+        return MetricRecord({"mean-test-acc": float(np.nanmean(acc)), "train-loss": float(np.mean(ev.train_loss))})
+
+
+class _Evaluated:
+    """The nodes' evaluations in the place of the ``clients`` an algorithm's ``evaluate`` reads
+    (``ClientRuntime``'s evaluation methods), so that the strategy's History is what the loop's
+    would be. Each node has already evaluated what the strategy sent it: the model ``shown``
+    (``eval_params``), or, for a personalised algorithm, its client's own model, which only the
+    node holds (``states`` is empty here: the server never sees a client's state)."""
+
+    def __init__(self, rows: list[Evaluation], shown: torch.Tensor):
+        self.rows, self.shown, self.states = rows, shown, {}
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.rows)
+
+    def evaluate(self, params: torch.Tensor) -> Evaluation:
+        if not torch.equal(params.to(self.shown.dtype), self.shown):
+            raise ConfigError("the algorithm evaluates a model other than its eval_params(state, params), "
+                              "which is what the nodes were sent: make eval_params return it")
+        return merge_evaluations(self.rows)
+
+    def evaluate_each(self, params: Sequence[torch.Tensor]) -> Evaluation:
+        if len(params) != len(self.rows):
+            raise ConfigError(f"evaluate_each got {len(params)} models for {len(self.rows)} clients")
+        return merge_evaluations(self.rows)
 
 
 class _StoppableGrid:
@@ -485,8 +521,10 @@ class FlowerRun:
 
 def run_simulation(*configs: ExperimentConfig, num_cpus: int | None = None, client_cpus: float = 1.0,
                    timeout: float = 600.0, verbose: bool = False) -> list[FlowerRun]:
-    """Run ``configs`` (one federation: the same dataset and partition) through Flower's
-    Simulation Runtime on its Ray backend, one node per client, one experiment after the other.
+    """Run ``configs`` through Flower's Simulation Runtime on its Ray backend, one node per
+    client, one experiment after the other. Node k is client k of every experiment and loads each
+    experiment's data for it, so the configs need the same number of clients, not the same data
+    (a multi-task FMOL experiment can share the nodes of single-task ones).
     ``num_cpus``: the local Ray instance's CPUs (default: all); ``client_cpus``: CPUs per node;
     ``timeout``: seconds to wait for the nodes and for each round's replies."""
     from flwr.simulation import run_simulation as flwr_run_simulation
@@ -495,9 +533,10 @@ def run_simulation(*configs: ExperimentConfig, num_cpus: int | None = None, clie
     first = configs[0]
     for c in configs:
         c.validate()
-        if (c.dataset, dict(c.dataset_options), c.to_dict()["partition"]) != \
-                (first.dataset, dict(first.dataset_options), first.to_dict()["partition"]):
-            raise ConfigError("one Flower simulation is one federation: every config needs the same dataset and partition")
+        if c.partition.federation_size != first.partition.federation_size:
+            raise ConfigError(f"one Flower simulation has one node per client: every config needs the same number "
+                              f"of clients ({first.label()}: {first.partition.federation_size}, "
+                              f"{c.label()}: {c.partition.federation_size})")
     strategies = [FairflStrategy(c, timeout) for c in configs]
     backend = {"client_resources": {"num_cpus": client_cpus, "num_gpus": 0.0}}
     if num_cpus is not None:

@@ -1,9 +1,12 @@
 """The algorithms as Flower strategies are the same algorithms: a few rounds through Flower's
 Simulation Runtime (its Ray backend, a local Ray instance with 2 CPUs, one node per client) give
-the global model of fairfl's own loop on the same clients, seeds and sampling.
+the global model of fairfl's own loop on the same clients, seeds and sampling, and the same
+evaluation (Ditto: every client's personal model, kept on its node; FMGDA: each objective's
+training loss averaged over the clients that hold it).
 
 One simulation serves every experiment (the ServerApp runs them one after the other on the same
-six nodes): starting Ray and its workers is most of the cost.
+six nodes, FMGDA's MultiMNIST experiment included: a node loads each experiment's data for its
+client): starting Ray and its workers is most of the cost.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import torch
 pytest.importorskip("flwr")
 
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.algorithms.fmgda import FMGDA
 from fairfl.loop import load_checkpoint, simulate
 
 # Three-class Fashion-MNIST split in label shards over 6 clients, 3 sampled per round: the
@@ -31,10 +35,23 @@ ALGORITHMS = {
     "fedfv": {"name": "fedfv", "alpha": 0.2, "tau": 1},
     "qfedavg": {"name": "qfedavg", "q": 2.0},
     "dqnfed": {"name": "dqnfed", "step": "algorithm1", "server_lr": 0.5},
+    "dqnfed_safeguarded": {"name": "dqnfed", "step": "eq17_safeguarded"},   # sends dqn_curvature, dqn_scale
     "afl": {"name": "afl", "lr_lambda": 0.5},
     "term": {"name": "term", "t": 2.0},
+    "ditto": {"name": "ditto", "lam": 0.5},
 }
 CONFIGS = {name: BASE.replace(algorithm=spec) for name, spec in ALGORITHMS.items()}
+# FMOL on two-task MultiMNIST over the same six nodes: two local full-batch steps per objective,
+# the QP over the shared trunk, and a partial indicator matrix A (clients 1, 4 hold only
+# objective 0, clients 2, 5 only objective 1), so that every message carries (S, d) updates,
+# masks and the shared-coordinate mask, and the per-objective training loss averages over
+# holders only (any 3 of these clients hold both objectives, so every sample is valid).
+HELD = ((0, 1), (0,), (1,), (0, 1), (0,), (1,))
+CONFIGS["fmgda"] = BASE.replace(
+    dataset="multimnist", dataset_options={"source": "mnist_5k", "seed": 0}, model="multi_lenet",
+    partition=PartitionSpec("label_limited", num_clients=6, shards_per_client=2, samples_per_client=20, seed=0),
+    local=LocalTraining(steps=2, batch_size=None, lr=0.1),
+    algorithm=FMGDA(server_lr=0.1, qp_params="shared", held=HELD))
 
 # The loop trains a round's clients fused into one stacked computation, a node trains its client
 # alone; with one intra-op thread and MKL's strict reproducibility they agree to the bit on this
@@ -65,7 +82,7 @@ def loop_runs(fmnist, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("name", ["fedavg", "fedmgda_plus", "fedfv", "qfedavg", "dqnfed", "afl", "term"])
+@pytest.mark.parametrize("name", list(CONFIGS))
 def test_flower_strategy_gives_the_loops_global_model(name, flower_runs, loop_runs):
     history, params = loop_runs[name]
     run = flower_runs[name]
@@ -76,7 +93,8 @@ def test_flower_strategy_gives_the_loops_global_model(name, flower_runs, loop_ru
     for key, values in history.info.items():                            # the rule saw the same reports
         np.testing.assert_allclose(run.history.info[key], values, rtol=1e-5, atol=1e-9, err_msg=key)
     assert run.history.round_lr == history.round_lr
-    # the nodes' evaluation of the model the rule shows (AFL: its averaged iterate)
+    # the nodes' evaluation of the model the rule shows (AFL: its averaged iterate; Ditto: each
+    # client's personal model), per client (and objective), summarised by the algorithm's evaluate
     assert run.history.eval_rounds == [3] and history.eval_rounds[-1] == 3
     np.testing.assert_allclose(run.history.test_acc[-1], history.test_acc[-1], atol=1e-9)
     np.testing.assert_allclose(run.history.test_loss[-1], history.test_loss[-1], rtol=1e-5)
@@ -85,7 +103,7 @@ def test_flower_strategy_gives_the_loops_global_model(name, flower_runs, loop_ru
 
 def test_the_rules_are_not_fedavg_in_disguise(loop_runs):
     """Each rule moved the model differently, and did what distinguishes it."""
-    params = {name: p for name, (_, p) in loop_runs.items()}
+    params = {name: p for name, (_, p) in loop_runs.items() if name not in ("fmgda", "ditto")}
     for name in params:
         if name != "fedavg":
             assert not torch.allclose(params[name], params["fedavg"], atol=1e-5), name
@@ -94,6 +112,36 @@ def test_the_rules_are_not_fedavg_in_disguise(loop_runs):
     assert max(loop_runs["fedmgda_plus"][0].info["lambda_max"]) > 1 / 3 + 1e-3
     q = loop_runs["qfedavg"][0].info["sum_h"]
     assert len(q) == 3 and all(np.isfinite(q))
+    safeguard = loop_runs["dqnfed_safeguarded"][0].info
+    assert all(c > 0 for c in safeguard["curvature"][1:])       # from round 1 the clients have BFGS pairs
+    assert min(safeguard["safeguard"]) < 1                      # and the clients' extras cut a step
+    # Ditto's global model is FedAvg's (Ditto's server is FedAvg's), its evaluation is not: every
+    # client is evaluated at its own personal model, sampled ones have moved away from the global one
+    ditto, fedavg = loop_runs["ditto"][0], loop_runs["fedavg"][0]
+    torch.testing.assert_close(loop_runs["ditto"][1], loop_runs["fedavg"][1], rtol=0, atol=0)
+    trained = sorted({k for ks in ditto.sampled for k in ks})
+    assert len(trained) < 6                                           # some clients keep w⁰
+    assert all(abs(ditto.test_loss[-1][k] - fedavg.test_loss[-1][k]) > 1e-4 for k in trained)
+
+
+def test_fmgda_training_loss_is_averaged_over_each_objectives_holders(loop_runs):
+    """FMOL eq. (2) with the partial A of the Flower run: f_s averages over the clients holding s,
+    which here differs from the average over all clients (so the Flower run's equal training
+    loss above is the holders' average, not the all-clients one)."""
+    from fairfl.client import ClientRuntime
+    from fairfl.data import load_dataset
+    from fairfl.loop import federated_data
+    from fairfl.models import build_model
+    cfg = CONFIGS["fmgda"]
+    history, params = loop_runs["fmgda"]
+    ds = load_dataset(cfg.dataset, **dict(cfg.dataset_options))
+    model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed, tasks=ds.num_tasks)
+    per_client = np.asarray(ClientRuntime(model, federated_data(cfg).clients, cfg.seed).evaluate(params)
+                            .client_train_loss, dtype=np.float64)                  # (client, objective)
+    holders = [[k for k, row in enumerate(HELD) if s in row] for s in range(2)]
+    np.testing.assert_allclose(history.train_loss[-1], [per_client[h, s].mean() for s, h in enumerate(holders)],
+                               rtol=1e-6)
+    assert not np.allclose(history.train_loss[-1], per_client.mean(axis=0), rtol=1e-3)
 
 
 def test_a_node_without_its_client_id_is_refused():
