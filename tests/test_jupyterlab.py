@@ -291,14 +291,14 @@ def test_tour_notebook_runs_in_jupyterlab_with_figures_progress_a_live_explorer_
         # Kernel ▸ Interrupt during a sweep on the process pool: one line, no traceback, no worker left
         kernel = next(p for p in _children(server) if "ipykernel" in _cmdline(p))
         results = tmp_path / "results"
-        earlier = set(results.glob("*/checkpoint.pt"))
+        earlier, shown_cells = set(results.glob("*/checkpoint.pt")), len(_prompts(browser))
         _run_cell_below(browser, SWEEP_CELL)
         _wait(browser, lambda d: len(set(results.glob("*/checkpoint.pt")) - earlier) == 2, 120,
               "both runs of the sweep to checkpoint a round")
         workers = [p for p in _children(kernel) if "spawn_main" in _cmdline(p)]
         assert len(workers) == 2, [_cmdline(p) for p in _children(kernel)]
         _click_menu(browser, "Kernel", "Interrupt Kernel")
-        _wait(browser, lambda d: len(_prompts(d)) == cells + 1 and _prompts(d)[-1][1:-2].isdigit(), 60,
+        _wait(browser, lambda d: len(_prompts(d)) == shown_cells + 1 and _prompts(d)[-1][1:-2].isdigit(), 60,
               "the interrupted cell to end")
         shown = browser.execute_script(
             "const c = [...document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')].at(-1); "
