@@ -262,13 +262,22 @@ def beside(ours: pd.DataFrame, paper: pd.DataFrame, on: Sequence[str], metrics: 
 
 # ----------------------------------------------------------------------------- stored notebooks
 
-def stored_form(text: str) -> str:
+def stored_form(text: str, python_version: str | None = None) -> str:
     """A notebook's text as it is kept in the repository: without outputs and execution counts,
     with the kernelspec and language_info that JupyterLab sets when it opens the notebook with
-    this machine's ``python3`` kernel, written the way Jupyter's server saves it (``nbformat.write``:
+    the ``python3`` kernel, written the way Jupyter's server saves it (``nbformat.write``:
     nbformat 4.5 with cell ids, indent 1, sorted keys, a final newline). Opening and saving the
     stored file in JupyterLab then changes nothing (``tests/test_notebooks.py`` checks every
-    notebook; ``scripts/normalise_notebooks.py`` rewrites them)."""
+    notebook, ``tests/test_jupyterlab.py`` in JupyterLab itself; ``scripts/normalise_notebooks.py``
+    rewrites them).
+
+    ``language_info.version`` is the kernel's Python version, which JupyterLab writes whenever it
+    differs from the stored one: another value, or none, marks the notebook modified as soon as
+    the kernel starts, and autosave then writes it (seen in JupyterLab 4.6; the field cannot be
+    left out). So a notebook opened with another Python patch version than the one it was stored
+    with is modified by that one field. The stored version is kept here (normalising on another
+    Python does not rewrite six notebooks), or set to ``python_version``; a notebook without one
+    gets this Python's."""
     import io
 
     import nbformat
@@ -283,10 +292,12 @@ def stored_form(text: str) -> str:
             cell.metadata.pop(transient, None)
     spec = KernelSpecManager().get_kernel_spec("python3")
     # what JupyterLab writes: {name, display_name, language} of the kernel, and the kernel's
-    # language_info from its kernel_info reply (ipykernel's, with this Python's version)
+    # language_info from its kernel_info reply (ipykernel's, with its Python's version)
+    info = dict(IPythonKernel.language_info)
+    info["version"] = python_version or nb.metadata.get("language_info", {}).get("version") or info["version"]
     nb.metadata = nbformat.from_dict({
         "kernelspec": {"display_name": spec.display_name, "language": spec.language, "name": "python3"},
-        "language_info": dict(IPythonKernel.language_info)})
+        "language_info": info})
     out = io.StringIO()
     nbformat.write(nb, out, version=nbformat.NO_CONVERT)
     return out.getvalue()

@@ -1,20 +1,28 @@
 """JupyterLab as a person uses it: a real JupyterLab server on loopback (with a token), driven in
-Debian's headless Chromium through Selenium. It opens notebooks/00_tour.ipynb, runs every cell
-from the Run menu in the smoke profile, and checks that every cell ran without an error, that the
-figures render as images, that no progress bar is left short of 100 %, and that the explorer of
-the last cell redraws its figure when a control changes.
+Debian's headless Chromium through Selenium. It opens notebooks/00_tour.ipynb and checks that
+opening it does not modify it (no dirty mark while autosave runs every second; File ▸ Save writes
+the stored bytes back), runs every cell from the Run menu in the smoke profile, and checks that
+every cell ran without an error, that the figures render as images, that no progress bar is left
+short of 100 %, and that the explorer of the last cell redraws its figure when a control changes.
+Then, in a cell typed below, a sweep on the process pool is stopped with Kernel ▸ Interrupt: the
+cell shows the one "interrupted: …" line and no traceback, and no worker process is left.
 
 The notebook is a copy in a temporary folder (running it never touches the stored one); runs and
 figures go to temporary folders. On a failure a screenshot and the page's HTML are saved to
-``$FAIRFL_ARTIFACTS`` (default ``<repo>/tmp/artifacts``). With ``FAIRFL_DOCS_SCREENSHOTS=1`` the
-test also writes docs/explore-1.png and docs/explore-2.png (the explorer after two selections).
+``$FAIRFL_ARTIFACTS`` (default ``<repo>/tmp/artifacts``). With ``FAIRFL_DOCS_SCREENSHOTS=CACHE``
+(a results folder; ``scripts/explore_screenshots.py`` fills one and runs this test) the test also
+opens ``fairfl.explore(root=CACHE)`` and writes docs/explore-1.png and docs/explore-2.png (that
+explorer after two selections).
 
 Chromium comes from the system (scripts/setup.sh installs ``chromium`` and ``chromium-driver``);
 nothing is downloaded. Without it the test is skipped, saying so.
 """
 from __future__ import annotations
 
+import json
 import os
+import platform
+import re
 import secrets
 import shutil
 import socket
@@ -29,6 +37,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(os.environ.get("FAIRFL_ARTIFACTS", REPO / "tmp" / "artifacts"))
+DISTRIBUTION = "per-client accuracy distribution"   # a metric of fairfl.explorer
 RUN_TIMEOUT = 240            # seconds for every cell of 00 in the smoke profile (about 40 s measured)
 
 pytestmark = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
@@ -48,7 +57,20 @@ def lab(tmp_path):
     (and its kernels with it) at the end, whatever happened."""
     work = tmp_path / "lab"
     work.mkdir()
-    shutil.copy(REPO / "notebooks" / "00_tour.ipynb", work / "00_tour.ipynb")
+    # The stored notebook, with language_info.version set to this Python's (JupyterLab writes the
+    # kernel's, so on the Python patch version it was stored with this is the stored file, byte for byte)
+    from fairfl.notebook import stored_form
+    stored = (REPO / "notebooks" / "00_tour.ipynb").read_text(encoding="utf-8")
+    (work / "00_tour.ipynb").write_text(stored_form(stored, python_version=platform.python_version()), encoding="utf-8")
+    # autosave every second instead of every two minutes: a notebook modified on opening is then
+    # written within the test's wait
+    settings = tmp_path / "settings" / "@jupyterlab" / "docmanager-extension"
+    settings.mkdir(parents=True)
+    (settings / "plugin.jupyterlab-settings").write_text(json.dumps({"autosaveInterval": 1}))
+    # and no "official Jupyter news?" notification over the page (and the screenshots)
+    notification = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+    notification.mkdir(parents=True)
+    (notification / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
     token, port = secrets.token_hex(16), _free_port()
     env = {**os.environ, "FAIRFL_PROFILE": "smoke", "FAIRFL_RESULTS": str(tmp_path / "results"),
            "FAIRFL_FIGURES": str(tmp_path / "figures"), "OMP_NUM_THREADS": "1",
@@ -76,7 +98,7 @@ def lab(tmp_path):
             if server.poll() is not None or time.time() > deadline:
                 raise RuntimeError(f"JupyterLab did not start: {(tmp_path / 'jupyterlab.log').read_text()[-2000:]}")
             time.sleep(0.3)
-        yield url, token
+        yield url, token, server.pid
     finally:
         server.terminate()
         try:
@@ -126,27 +148,86 @@ def _click_menu(driver, menu: str, label: str) -> None:
     _wait(driver, entry, 10, f"{label!r} in the {menu} menu").click()
 
 
-def _explorer_image(driver) -> str | None:
+def _explorer_image(driver, explorer: int = 0) -> str | None:
     return driver.execute_script(
-        "const img = document.querySelector('.fairfl-explorer img'); return img && img.complete && "
-        "img.naturalWidth > 0 ? img.src : null")
+        "const box = document.querySelectorAll('.fairfl-explorer')[arguments[0]]; "
+        "const img = box && box.querySelector('img'); return img && img.complete && "
+        "img.naturalWidth > 0 ? img.src : null", explorer)
 
 
-def _choose(driver, label_text: str, option_text: str) -> None:
-    """Pick ``option_text`` in the explorer's dropdown whose options include it (the first such)."""
+def _choose(driver, label_text: str, option_text: str, explorer: int = 0, nth: int = 0) -> bool:
+    """Pick ``option_text`` in the ``nth`` dropdown labelled ``label_text`` that offers it, in the
+    ``explorer``-th explorer of the page (selection A's controls come before B's). False when it
+    was already chosen (nothing changes then)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
-    for element in driver.find_elements(By.CSS_SELECTOR, ".fairfl-explorer select"):
-        if element.is_displayed() and option_text in [o.text for o in Select(element).options]:
-            if label_text in element.find_element(By.XPATH, "..").text:
-                Select(element).select_by_visible_text(option_text)
-                return
-    raise AssertionError(f"no explorer control {label_text!r} offers {option_text!r}")
+    box = driver.find_elements(By.CSS_SELECTOR, ".fairfl-explorer")[explorer]
+    found = [e for e in box.find_elements(By.CSS_SELECTOR, "select")
+             if e.is_displayed() and option_text in [o.text for o in Select(e).options]
+             and label_text in e.find_element(By.XPATH, "..").text]
+    if len(found) <= nth:
+        raise AssertionError(f"no explorer control {label_text!r} offers {option_text!r} (number {nth})")
+    if Select(found[nth]).first_selected_option.text == option_text:
+        return False
+    Select(found[nth]).select_by_visible_text(option_text)
+    return True
 
 
-def test_tour_notebook_runs_in_jupyterlab_with_figures_progress_and_a_live_explorer(lab, browser, request):
+def _run_cell_below(driver, code: str) -> None:
+    """As a person does: select the last cell, insert a cell below it (B), type ``code`` (one
+    statement a line: the editor indents nothing) and run it in place (Ctrl+Enter)."""
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
-    url, token = lab
+    from selenium.webdriver.common.keys import Keys
+    cells = driver.find_elements(By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Notebook .jp-Cell")
+    driver.execute_script("arguments[0].scrollIntoView()", cells[-1])
+    cells[-1].find_element(By.CSS_SELECTOR, ".jp-InputPrompt").click()
+    ActionChains(driver).send_keys(Keys.ESCAPE).send_keys("b").perform()
+    _wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Notebook .jp-Cell"))
+          == len(cells) + 1, 10, "the new cell")
+    ActionChains(driver).send_keys(Keys.ENTER).perform()
+    _wait(driver, lambda d: d.execute_script(
+        "const c = [...document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')].at(-1); "
+        "return c.contains(document.activeElement) && document.activeElement.closest('.cm-editor') !== null"),
+          10, "the new cell's editor")
+    ActionChains(driver).send_keys(code).perform()
+    ActionChains(driver).key_down(Keys.CONTROL).send_keys(Keys.ENTER).key_up(Keys.CONTROL).perform()
+
+
+def _children(pid: int) -> list[int]:
+    """The live (not zombie) child processes of ``pid``, from /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+# Typed below the last cell of 00 (its BASE: the CNN on 100 label-shard clients): two runs long
+# enough to be interrupted, one per worker process, checkpointing every round.
+SWEEP_CELL = ("from fairfl.sweeps import ProcessBackend, run_many\n"
+              "long = BASE.replace(rounds=500, eval_every=500, checkpoint_every=1)\n"
+              "run_many([long.replace(seed=s) for s in (7, 8)], backend=ProcessBackend(workers=2), max_group=1)")
+INTERRUPTED = "interrupted: 0 of 2 runs cached, 2 running stopped at their checkpoints; re-run to resume"
+
+
+def test_tour_notebook_runs_in_jupyterlab_with_figures_progress_a_live_explorer_and_an_interrupt(
+        lab, browser, tmp_path, request):
+    from selenium.webdriver.common.by import By
+    url, token, server = lab
+    notebook = tmp_path / "lab" / "00_tour.ipynb"
+    opened = notebook.read_bytes()
     t0 = time.time()
     try:
         browser.get(f"{url}/lab/tree/00_tour.ipynb?token={token}")
@@ -163,6 +244,20 @@ def test_tour_notebook_runs_in_jupyterlab_with_figures_progress_and_a_live_explo
         _wait(browser, lambda d: d.execute_script(
             "const s = document.querySelector('.jp-Notebook-ExecutionIndicator'); "
             "return s && s.getAttribute('data-status') === 'idle'"), 60, "an idle kernel")
+
+        # Opening does not modify the notebook: the kernel has told JupyterLab its language_info (which
+        # JupyterLab writes into the metadata when it differs), autosave runs every second, and after
+        # a few seconds nothing is marked modified and the file is as stored; a save writes the same bytes.
+        time.sleep(3)
+        dirty = browser.execute_script("return [...document.querySelectorAll('.jp-mod-dirty')].map(e => e.textContent)")
+        assert not dirty, f"opening the notebook modified it: {dirty}"
+        assert notebook.read_bytes() == opened, "autosave rewrote the notebook just opened"
+        mtime = notebook.stat().st_mtime_ns
+        _click_menu(browser, "File", "Save Notebook")
+        _wait(browser, lambda d: notebook.stat().st_mtime_ns != mtime, 20, "the save")
+        _wait(browser, lambda d: notebook.read_bytes() == opened, 5,
+              "the saved notebook to equal the stored one (it differs: the stored form is not JupyterLab's)")
+
         _click_menu(browser, "Run", "Run All Cells")
         # every code cell numbered, none waiting or running ([*]): all ran, in order, without stopping
         _wait(browser, lambda d: len(_prompts(d)) == cells and all(p.startswith("[") and p[1:-2].isdigit()
@@ -191,15 +286,31 @@ def test_tour_notebook_runs_in_jupyterlab_with_figures_progress_and_a_live_explo
         _choose(browser, "metric", "averaged training loss")
         _wait(browser, lambda d: _explorer_image(d) not in (None, before), 30, "the explorer to redraw")
         if os.environ.get("FAIRFL_DOCS_SCREENSHOTS"):
-            explorer = browser.find_element(By.CSS_SELECTOR, ".fairfl-explorer")
-            browser.execute_script("arguments[0].scrollIntoView()", explorer)
-            explorer.screenshot(str(REPO / "docs" / "explore-1.png"))
-            second = _explorer_image(browser)
-            _choose(browser, "metric", "worst x % of clients (%)")
-            _wait(browser, lambda d: _explorer_image(d) not in (None, second), 30, "the second redraw")
-            explorer.screenshot(str(REPO / "docs" / "explore-2.png"))
-        print(f"00_tour ran in JupyterLab in {time.time() - t0:.1f} s ({cells} code cells, {len(images)} images, "
-              f"{len(bars)} progress bar(s))")
+            _docs_screenshots(browser, Path(os.environ["FAIRFL_DOCS_SCREENSHOTS"]))
+
+        # Kernel ▸ Interrupt during a sweep on the process pool: one line, no traceback, no worker left
+        kernel = next(p for p in _children(server) if "ipykernel" in _cmdline(p))
+        results = tmp_path / "results"
+        earlier, shown_cells = set(results.glob("*/checkpoint.pt")), len(_prompts(browser))
+        _run_cell_below(browser, SWEEP_CELL)
+        _wait(browser, lambda d: len(set(results.glob("*/checkpoint.pt")) - earlier) == 2, 120,
+              "both runs of the sweep to checkpoint a round")
+        workers = [p for p in _children(kernel) if "spawn_main" in _cmdline(p)]
+        assert len(workers) == 2, [_cmdline(p) for p in _children(kernel)]
+        _click_menu(browser, "Kernel", "Interrupt Kernel")
+        _wait(browser, lambda d: len(_prompts(d)) == shown_cells + 1 and _prompts(d)[-1][1:-2].isdigit(), 60,
+              "the interrupted cell to end")
+        shown = browser.execute_script(
+            "const c = [...document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')].at(-1); "
+            "return [...c.querySelectorAll('.jp-OutputArea-output')].map(e => e.textContent.trim())")
+        assert INTERRUPTED in shown, shown
+        assert not [t for t in shown if re.search(r"Traceback|KeyboardInterrupt|Error", t)], shown
+        deadline = time.time() + 10
+        while any(p in _children(kernel) for p in workers) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in workers if p in _children(kernel)], "a worker outlived the interrupted sweep"
+        print(f"00_tour ran in JupyterLab, and a sweep was interrupted, in {time.time() - t0:.1f} s "
+              f"({cells} code cells, {len(images)} images, {len(bars)} progress bar(s))")
     except BaseException:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         stem = ARTIFACTS / request.node.name
@@ -207,3 +318,27 @@ def test_tour_notebook_runs_in_jupyterlab_with_figures_progress_and_a_live_explo
         Path(f"{stem}.html").write_text(browser.page_source)
         print(f"screenshot and page saved: {stem}.png, {stem}.html")
         raise
+
+
+def _docs_screenshots(browser, cache: Path) -> None:
+    """The README's screenshots: ``fairfl.explore(root=cache)`` opened in a cell typed below, after two
+    selections (A: FedMGDA+ against B: FedAvg, mean accuracy; then A: q-FFL against B: DQN-Fed, the
+    per-client accuracy distribution)."""
+    from selenium.webdriver.common.by import By
+    if not (cache.is_dir() and any(cache.iterdir())):
+        raise AssertionError(f"FAIRFL_DOCS_SCREENSHOTS={cache}: not a results folder with runs "
+                             "(scripts/explore_screenshots.py fills one)")
+    _run_cell_below(browser, f"import fairfl\nfairfl.explore(root={str(cache)!r})")
+    _wait(browser, lambda d: _explorer_image(d, 1), 60, "the cache explorer's figure")
+    explorer = browser.find_elements(By.CSS_SELECTOR, ".fairfl-explorer")[1]
+    for which, (algorithm, metric) in enumerate([(("fedmgda_plus", "fedavg"), "mean accuracy (%)"),
+                                                 (("qfedavg", "dqnfed"), DISTRIBUTION)], start=1):
+        for nth, name in enumerate(algorithm):
+            before = _explorer_image(browser, 1)
+            if _choose(browser, "algorithm", name, explorer=1, nth=nth):
+                _wait(browser, lambda d: _explorer_image(d, 1) not in (None, before), 30, "the redraw")
+        before = _explorer_image(browser, 1)
+        if _choose(browser, "metric", metric, explorer=1):
+            _wait(browser, lambda d: _explorer_image(d, 1) not in (None, before), 30, "the redraw")
+        browser.execute_script("arguments[0].scrollIntoView()", explorer)
+        explorer.screenshot(str(REPO / "docs" / f"explore-{which}.png"))

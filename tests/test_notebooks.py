@@ -1,4 +1,5 @@
 """The stored notebooks' structure (their execution is nbval's job in `make test`)."""
+import platform
 import warnings
 from pathlib import Path
 
@@ -37,6 +38,23 @@ def test_notebook_is_stored_as_jupyterlab_saves_it(path):
     assert text == stored_form(text), f"{path.name} differs from its stored form: run scripts/normalise_notebooks.py"
     nb = nbformat.reads(text, as_version=4)
     assert nb.nbformat == 4 and nb.nbformat_minor == 5 and all(c.get("id") for c in nb.cells)
+
+
+def test_the_stored_python_version_is_kept_unless_another_is_asked_for():
+    """JupyterLab writes the kernel's Python version into language_info (tests/test_jupyterlab.py):
+    normalising on another patch version must not restamp every notebook, and the browser test
+    stamps its copy with the kernel's version."""
+    import json
+
+    from fairfl.notebook import stored_form
+    stored = json.loads(NOTEBOOKS[0].read_text(encoding="utf-8"))
+    stored["metadata"]["language_info"]["version"] = "3.11.2"
+    text = json.dumps(stored)
+    assert json.loads(stored_form(text))["metadata"]["language_info"]["version"] == "3.11.2"
+    assert json.loads(stored_form(text, python_version="3.11.9"))["metadata"]["language_info"]["version"] == "3.11.9"
+    del stored["metadata"]["language_info"]
+    assert json.loads(stored_form(json.dumps(stored)))["metadata"]["language_info"]["version"] \
+        == platform.python_version()
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
