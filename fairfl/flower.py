@@ -346,6 +346,12 @@ class _Evaluated:
     def num_clients(self) -> int:
         return len(self.rows)
 
+    @property
+    def num_objectives(self) -> int:
+        """S, as the nodes evaluated it: a list of values per client for a multi-task model."""
+        first = self.rows[0].test_acc[0] if self.rows else None
+        return len(first) if isinstance(first, (list, tuple)) else 1
+
     def evaluate(self, params: torch.Tensor) -> Evaluation:
         if not torch.equal(params.to(self.shown.dtype), self.shown):
             raise ConfigError("the algorithm evaluates a model other than its eval_params(state, params), "

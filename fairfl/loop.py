@@ -451,7 +451,8 @@ def _simulate(config: ExperimentConfig, checkpoint_dir: Path | None, progress: b
                 if np.isfinite(acc).any():
                     bar.set_postfix(acc=f"{np.nanmean(acc):.3f}", loss=f"{np.mean(ev.train_loss):.3f}")
         history.round_time.append(time.perf_counter() - t0)
-        if checkpoint_dir and (done % config.checkpoint_every == 0 or done == end):
+        saved = checkpoint_dir and (done % config.checkpoint_every == 0 or done == end)
+        if saved:
             save_checkpoint(checkpoint_dir, config, run)
-        report(done)
+        report(done, final=bool(saved))      # what a checkpoint holds is what the progress file says
     return history

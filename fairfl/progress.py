@@ -28,16 +28,17 @@ _EVERY = 0.25        # seconds between two writes of one run's file (and the las
 
 class RoundReporter:
     """Writes a run's ``progress.json`` (at most every :data:`_EVERY` seconds, and always at the
-    end); does nothing without a folder."""
+    end of the run and with ``final=True``: where a call stops early, ``stop_after``, or a
+    checkpoint is written); does nothing without a folder."""
 
     def __init__(self, folder: Path | None, rounds: int):
         self.path = Path(folder) / PROGRESS if folder else None
         self.rounds = rounds
         self._last = 0.0
 
-    def __call__(self, done: int) -> None:
+    def __call__(self, done: int, final: bool = False) -> None:
         now = time.monotonic()
-        if self.path is None or (done < self.rounds and now - self._last < _EVERY):
+        if self.path is None or (done < self.rounds and not final and now - self._last < _EVERY):
             return
         self._last = now
         # a temporary name that fairfl.atomic.remove_stale_temporaries recognises (.<name>.<pid>.…tmp)
@@ -85,15 +86,16 @@ def bar(total: int, desc: str, initial: int = 0, enabled: bool = True):
     if how == "widget":
         try:
             from tqdm.notebook import tqdm as notebook_tqdm
-            return notebook_tqdm(total=total, initial=initial, desc=desc, unit="round")
+            return notebook_tqdm(total=total, initial=initial, desc=desc, unit="round", disable=False)
         except ImportError:  # no ipywidgets: the text bar below
             pass
     import sys
     from tqdm.std import tqdm as text_tqdm
     # stdout, not stderr: an executed notebook shows stdout as plain output; mininterval keeps the
     # stored text of a long run short (each refresh is a line of the stored stream)
+    # disable=False: mode() has read TQDM_DISABLE now; tqdm itself reads it once, when it is imported
     return text_tqdm(total=total, initial=initial, desc=desc, unit="round", file=sys.stdout, mininterval=2.0,
-                     ascii=False, dynamic_ncols=False, ncols=100)
+                     ascii=False, dynamic_ncols=False, ncols=100, disable=False)
 
 
 class SweepProgress:

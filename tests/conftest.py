@@ -8,7 +8,10 @@
 """
 from __future__ import annotations
 
+import fcntl
 import socket
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -80,3 +83,17 @@ def fmnist(fairfl_env):
     """Real Fashion-MNIST, loaded once per session from the offline copy into the tmp data root."""
     from fairfl.data import load_dataset
     return load_dataset("fashion_mnist")
+
+
+@pytest.fixture(scope="module")
+def one_ray_at_a_time():
+    """Held by every test module that starts Ray (a local instance, or Flower's simulation on one):
+    only one of them runs at a time across the pytest-xdist workers. Ray gives a starting node 30 s
+    to register (hard-coded in ray/_private/node.py); two instances starting at once beside the
+    notebooks on a 2-core machine missed it ("The current node timed out during startup")."""
+    with open(Path(tempfile.gettempdir()) / "fairfl-tests-ray.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

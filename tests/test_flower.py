@@ -61,7 +61,7 @@ ATOL = 1e-6
 
 
 @pytest.fixture(scope="module")
-def flower_runs(fmnist):
+def flower_runs(fmnist, one_ray_at_a_time):
     ray = pytest.importorskip("ray")
     from fairfl.flower import run_simulation
     try:

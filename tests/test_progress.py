@@ -40,6 +40,7 @@ def test_a_run_writes_its_rounds_done_into_its_cache_entry(fmnist, tmp_path):
 @pytest.mark.parametrize("backend", ["serial", "process"])
 def test_the_sweep_bar_ends_at_every_round_of_every_run(fmnist, tmp_path, capsys, monkeypatch, backend):
     monkeypatch.setenv("FAIRFL_PROGRESS", "text")             # what `reproduce` sets for papermill's kernels
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)         # `make test` switches bars off; this test reads one
     configs = [CFG.replace(seed=s) for s in range(3)]
     run_many(configs[:1], backend=SerialBackend(), root=tmp_path, progress=False)   # one already cached
     with (SerialBackend() if backend == "serial" else ProcessBackend(workers=2)) as b:

@@ -61,7 +61,7 @@ class DiesAlways(FedAvg):
 
 
 @pytest.fixture(scope="module")
-def local_ray(fairfl_env, fmnist, tmp_path_factory):
+def local_ray(fairfl_env, fmnist, tmp_path_factory, one_ray_at_a_time):
     """A local Ray instance with two CPUs. Its workers inherit this process's environment when it
     starts: the FAIRFL_* folders, and a PYTHONPATH holding the killers' module (as a node of a
     cluster would have the code of an algorithm registered outside fairfl)."""
@@ -114,7 +114,7 @@ def test_a_sweep_through_ray_equals_the_serial_one(serial, tmp_path):
         same(s, r)
     for c in configs:   # the entries came back to the driver's cache; the worker's folder kept nothing
         assert is_cached(c, tmp_path) and not entry(c, scratch_root()).exists()
-        assert sorted(p.name for p in entry(c, tmp_path).iterdir()) == ["config.json", "history.json", "history.npz"]
+        assert sorted(p.name for p in entry(c, tmp_path).iterdir()) == ["config.json", "history.json", "history.npz", "version.json"]
     backend.close()
     assert ray.is_initialized()              # a Ray it did not start is left running
 
