@@ -24,7 +24,6 @@ import os
 import platform
 import re
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from processes import children
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -194,17 +194,6 @@ def _run_cell_below(driver, code: str) -> None:
     ActionChains(driver).key_down(Keys.CONTROL).send_keys(Keys.ENTER).key_up(Keys.CONTROL).perform()
 
 
-def _children(pid: int) -> list[int]:
-    """The live (not zombie) child processes of ``pid``, from /proc."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.append(int(stat.parent.name))
-    return out
 
 
 def _cmdline(pid: int) -> str:
@@ -289,14 +278,14 @@ def test_tour_notebook_runs_in_jupyterlab_with_figures_progress_a_live_explorer_
             _docs_screenshots(browser, Path(os.environ["FAIRFL_DOCS_SCREENSHOTS"]))
 
         # Kernel ▸ Interrupt during a sweep on the process pool: one line, no traceback, no worker left
-        kernel = next(p for p in _children(server) if "ipykernel" in _cmdline(p))
+        kernel = next(p for p in children(server) if "ipykernel" in _cmdline(p))
         results = tmp_path / "results"
         earlier, shown_cells = set(results.glob("*/checkpoint.pt")), len(_prompts(browser))
         _run_cell_below(browser, SWEEP_CELL)
         _wait(browser, lambda d: len(set(results.glob("*/checkpoint.pt")) - earlier) == 2, 120,
               "both runs of the sweep to checkpoint a round")
-        workers = [p for p in _children(kernel) if "spawn_main" in _cmdline(p)]
-        assert len(workers) == 2, [_cmdline(p) for p in _children(kernel)]
+        workers = [p for p in children(kernel) if "spawn_main" in _cmdline(p)]
+        assert len(workers) == 2, [_cmdline(p) for p in children(kernel)]
         _click_menu(browser, "Kernel", "Interrupt Kernel")
         _wait(browser, lambda d: len(_prompts(d)) == shown_cells + 1 and _prompts(d)[-1][1:-2].isdigit(), 60,
               "the interrupted cell to end")
@@ -306,9 +295,9 @@ def test_tour_notebook_runs_in_jupyterlab_with_figures_progress_a_live_explorer_
         assert INTERRUPTED in shown, shown
         assert not [t for t in shown if re.search(r"Traceback|KeyboardInterrupt|Error", t)], shown
         deadline = time.time() + 10
-        while any(p in _children(kernel) for p in workers) and time.time() < deadline:
+        while any(p in children(kernel) for p in workers) and time.time() < deadline:
             time.sleep(0.2)
-        assert not [p for p in workers if p in _children(kernel)], "a worker outlived the interrupted sweep"
+        assert not [p for p in workers if p in children(kernel)], "a worker outlived the interrupted sweep"
         print(f"00_tour ran in JupyterLab, and a sweep was interrupted, in {time.time() - t0:.1f} s "
               f"({cells} code cells, {len(images)} images, {len(bars)} progress bar(s))")
     except BaseException:

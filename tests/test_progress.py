@@ -21,6 +21,7 @@ from fairfl.cache import entry, prepare
 from fairfl.loop import simulate
 from fairfl.progress import PROGRESS, read
 from fairfl.sweeps import ProcessBackend, SerialBackend, SweepInterrupted, run_many
+from processes import children
 
 CFG = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)}, model="mlp2",
                        partition=PartitionSpec("shards", num_clients=10, shards_per_client=2),
@@ -94,16 +95,6 @@ if __name__ == "__main__":
 '''
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.append(int(stat.parent.name))
-    return out
 
 
 def _alive(pid: int) -> bool:
@@ -128,7 +119,7 @@ def test_ctrl_c_stops_the_workers_says_what_is_kept_and_the_next_sweep_resumes(f
                 break
             time.sleep(0.2)
         assert len(list(root.glob("*/checkpoint.pt"))) == 2, p.communicate(timeout=30)
-        workers = [c for c in _children(p.pid) if "resource_tracker" not in Path(f"/proc/{c}/cmdline").read_text()]
+        workers = [c for c in children(p.pid) if "resource_tracker" not in Path(f"/proc/{c}/cmdline").read_text()]
         assert len(workers) == 2
         os.killpg(p.pid, signal.SIGINT)
         out, err = p.communicate(timeout=60)
