@@ -47,6 +47,22 @@ def best(a, fraction: float = 0.1) -> float:
     return float(v[-_k(v.size, fraction):].mean())
 
 
+def seed_interval(a, level: float = 0.95) -> tuple[float, float, float]:
+    """Mean over seeds and its two-sided Student-t confidence interval: (mean, low, high).
+    For a paired comparison pass the per-seed differences (runs that share a seed share their
+    initial model and sampled clients, so the difference removes that noise). One seed has no
+    interval: (value, nan, nan)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    v = _vec(a)
+    m = float(v.mean())
+    if v.size < 2:
+        return m, math.nan, math.nan
+    from scipy import stats
+    half = float(stats.t.ppf(0.5 + level / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
+    return m, m - half, m + half
+
+
 def percentile(a, q: float) -> float:
     return float(np.percentile(_vec(a), q))
 

@@ -122,3 +122,22 @@ def test_rounds_to_reach():
     assert metrics.rounds_to_reach(rounds, [1.0, 0.5, 0.009, 0.02], 1e-2, above=False) == 10
     with pytest.raises(ValueError):
         metrics.rounds_to_reach([0, 1], [0.5], 0.4)
+
+
+def test_seed_interval_by_hand():
+    # values 1, 2, 3: mean 2, sample std 1, t(0.975; 2 dof) = 4.302653 -> half-width 4.302653 / sqrt(3) = 2.484138
+    m, lo, hi = metrics.seed_interval([1.0, 2.0, 3.0])
+    assert m == 2.0
+    assert lo == pytest.approx(2 - 2.484138, abs=1e-6) and hi == pytest.approx(2 + 2.484138, abs=1e-6)
+    # a 90 % interval is narrower; identical values have a zero-width interval
+    assert metrics.seed_interval([1.0, 2.0, 3.0], level=0.9)[2] < hi
+    assert metrics.seed_interval([0.5, 0.5, 0.5, 0.5]) == (0.5, 0.5, 0.5)
+
+
+def test_seed_interval_degenerate_inputs():
+    m, lo, hi = metrics.seed_interval([0.25])
+    assert m == 0.25 and math.isnan(lo) and math.isnan(hi)
+    with pytest.raises(ValueError, match="empty"):
+        metrics.seed_interval([])
+    with pytest.raises(ValueError, match="level"):
+        metrics.seed_interval([1.0, 2.0], level=1.0)
