@@ -10,8 +10,15 @@ The readings are declared in ``fairfl.paper`` before any of these runs; every ru
 through the sweep engine (``fairfl.run_many``), are cached under ``$FAIRFL_RESULTS`` and
 checkpoint every 10 rounds, so an interrupted call resumes.
 
-    .venv/bin/python scripts/fmol_readings.py [--seeds 0 1 2] [--rounds 100] [--K 1 5 10 20]
-        [--readings ours sk-pixels sk-solver xavier sk-all] [--settings iid non-iid] [--workers N]
+    .venv/bin/python scripts/fmol_readings.py [--seeds 0 1 2] [--rounds 100 | --rounds-factor F] [--K 1 5 10 20]
+        [--readings ours sk-pixels sk-solver xavier sk-all] [--settings iid non-iid] [--workers N] [--out CSV]
+
+``--rounds-factor F`` runs each K for ceil(F × the paper's largest Table 2 count for that K) rounds
+(F = 2: 192 / 48 / 26 / 12 rounds for K = 1 / 5 / 10 / 20) instead of one horizon for all: a
+horizon fixed from the paper's counts before running, which says whether a reading gets within F
+times the paper's speed, at a third of the cost of 100 rounds everywhere. ``--out`` writes one row
+per run (reading, setting, K, seed, horizon, rounds to 10⁻² and final loss per task, seconds)
+into the CSV, replacing the rows of the same runs and keeping the others, which notebook 05 shows beside the paper's Table 2 (``notebooks/measured/fmol_readings.csv``).
 
 Cost: one reading at the paper's size is the work of scripts/fmol_table2.py, about 25 CPU-minutes
 per seed and setting at 100 rounds (most of it K = 20), i.e. ~2.5 CPU-hours for 3 seeds × 2
@@ -23,6 +30,7 @@ L and R beside the paper's, and the losses after the last round; then one summar
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -49,6 +57,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--rounds-factor", type=float, default=None,
+                    help="run each K for ceil(F x the paper's largest round count for that K) rounds instead of --rounds")
+    ap.add_argument("--out", type=Path, default=None, help="write one CSV row per run here")
     ap.add_argument("--K", type=int, nargs="+", default=[1, 5, 10, 20], dest="ks")
     ap.add_argument("--readings", nargs="+", default=DEFAULT_READINGS,
                     help=f"of {', '.join(FMOL_READINGS)} (default: {' '.join(DEFAULT_READINGS)})")
@@ -57,6 +68,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.rounds < 1 or min(args.ks) < 1 or min(args.seeds) < 0:
         ap.error("--rounds and every K must be >= 1, every seed >= 0")
+    if args.rounds_factor is not None and args.rounds_factor <= 0:
+        ap.error("--rounds-factor must be > 0")
+    if args.rounds_factor is not None and set(args.ks) - set(FMOL_TABLE2.K):
+        ap.error(f"--rounds-factor needs the paper's counts: every K must be one of {sorted(set(FMOL_TABLE2.K))}")
     unknown = [r for r in args.readings if r not in FMOL_READINGS]
     if unknown:
         ap.error(f"unknown reading(s) {', '.join(unknown)}; the readings are {', '.join(FMOL_READINGS)}")
@@ -64,23 +79,42 @@ def main() -> None:
     print("readings (declared in fairfl.paper.FMOL_READINGS before running):")
     for r in args.readings:
         print(f"  {r:<16} {FMOL_READINGS[r][0]}")
-    grid = {(r, st, k, s): fmol_config(K=k, iid=SETTINGS[st], seed=s, rounds=args.rounds, reading=r)
+    horizon = {k: (math.ceil(args.rounds_factor * FMOL_TABLE2[FMOL_TABLE2.K == k][["L", "R"]].to_numpy().max())
+                   if args.rounds_factor is not None else args.rounds) for k in args.ks}
+    print("rounds per K: " + ", ".join(f"K={k}: {t}" for k, t in horizon.items()))
+    grid = {(r, st, k, s): fmol_config(K=k, iid=SETTINGS[st], seed=s, rounds=horizon[k], reading=r)
             for r in args.readings for st in args.settings for k in args.ks for s in args.seeds}
     t0 = time.perf_counter()
     with (SerialBackend() if args.workers == 1 else ProcessBackend(workers=args.workers)) as backend:
         runs = dict(zip(grid, run_many(list(grid.values()), backend=backend, progress=True)))
     wall = time.perf_counter() - t0
 
-    T = args.rounds
+    rows = [{"reading": r, "setting": st, "K": k, "seed": s, "rounds": horizon[k],
+             "L": h.rounds_to(THRESHOLD)[0], "R": h.rounds_to(THRESHOLD)[1],
+             "loss_L": h.train_losses()[-1][0], "loss_R": h.train_losses()[-1][1],
+             "seconds": float(np.sum(h.round_time))} for (r, st, k, s), h in runs.items()]
+    if args.out is not None:
+        import pandas as pd
+        from fairfl.atomic import atomic_write
+        table = pd.DataFrame(rows)
+        if args.out.exists():       # merge: this call's rows replace those of the same runs, the others stay
+            key = ["reading", "setting", "K", "seed"]
+            old = pd.read_csv(args.out)
+            kept = old[~old.set_index(key).index.isin(table.set_index(key).index)]
+            table = pd.concat([kept, table], ignore_index=True).sort_values(key, kind="stable")
+        atomic_write(args.out, lambda tmp: table.to_csv(tmp, index=False))
+        print(f"wrote {len(rows)} rows to {args.out} ({len(table)} in all)")
+
     summary = {}
     for r in args.readings:
         print(f"\n[{r}] {FMOL_READINGS[r][0]}")
         print(f"FMOL Table 2 (M = 10 x 256, FMGDA, eta_L = eta_t = 0.1): rounds to a training loss of {THRESHOLD:g}, "
-              f"{len(args.seeds)} seed(s) {args.seeds}, runs of {T} rounds")
+              f"{len(args.seeds)} seed(s) {args.seeds}")
         print(f"{'setting':<8} {'K':>3} | {'L':<28} {'paper':>5} | {'R':<28} {'paper':>5} | "
-              f"loss after round {T} (L / R, mean) | s per run (sum of round times)")
+              f"loss after the last round (L / R, mean) | s per run (sum of round times)")
         for st in args.settings:
             for k in args.ks:
+                T = horizon[k]
                 hs = [runs[(r, st, k, s)] for s in args.seeds]
                 rounds = np.stack([h.rounds_to(THRESHOLD) for h in hs])
                 paper = paper_rounds(st, k)
@@ -91,7 +125,7 @@ def main() -> None:
                 print(f"{st:<8} {k:>3} | {cells[0]:<28} {paper[0]:>5} | {cells[1]:<28} {paper[1]:>5} | "
                       f"{last[0]:.4f} / {last[1]:.4f} | {secs:.0f}")
 
-    print(f"\nSummary: rounds to {THRESHOLD:g}, L / R (mean over seeds; loss after round {T} in brackets)")
+    print(f"\nSummary: rounds to {THRESHOLD:g}, L / R (mean over seeds; loss after the last round in brackets)")
     cells = {key: f"{lr_} / {rr_} [{last[0]:.3f}/{last[1]:.3f}]" for key, ((lr_, rr_), last) in summary.items()}
     width = max(max(map(len, cells.values())), max(map(len, args.readings)))
     print(f"{'setting':<8} {'K':>3} {'paper':>8} | " + " | ".join(f"{r:<{width}}" for r in args.readings))
