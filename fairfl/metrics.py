@@ -55,6 +55,9 @@ def seed_interval(a, level: float = 0.95) -> tuple[float, float, float]:
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
     v = _vec(a)
+    if not np.isfinite(v).all():
+        raise ValueError("seed_interval of non-finite values (a run that never reached a threshold is inf): "
+                         "summarise those separately")
     m = float(v.mean())
     if v.size < 2:
         return m, math.nan, math.nan

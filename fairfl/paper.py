@@ -155,7 +155,6 @@ def fmol_config(K: int, b: int | None = None, iid: bool = False, seed: int = 0, 
                             checkpoint_every=10 * eval_every)
 
 
-
 def dqnfed_shakespeare_config(algorithm, roles: int = 31, max_samples: int = 2000, rounds: int = 500, seed: int = 0,
                               eval_every: int | None = None, track_improved: bool = True):
     """One run of DQN-Fed §5.4's Shakespeare setup 1 (Table 6): ``roles`` speaking roles as
@@ -163,7 +162,8 @@ def dqnfed_shakespeare_config(algorithm, roles: int = 31, max_samples: int = 200
     (``lstm_shakespeare``), E = 1, b = 10, local η = 0.8, each role capped at ``max_samples``
     windows (``fairfl.data.shakespeare``). The paper's η decay of 0.95 "per" an unstated unit is
     not applied. ``track_improved`` records eq. (29)'s improved participants every round (one more
-    loss evaluation per participant); ``eval_every`` defaults to 25 evaluations per run."""
+    loss evaluation per participant; notebook 04's inline config before this function had it off);
+    ``eval_every`` defaults to max(1, rounds // 25), about 25 evaluations in a long run."""
     from .client import LocalTraining
     from .config import ExperimentConfig
     from .partition import PartitionSpec

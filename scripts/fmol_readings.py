@@ -17,7 +17,8 @@ checkpoint every 10 rounds, so an interrupted call resumes.
 (F = 2: 192 / 48 / 26 / 12 rounds for K = 1 / 5 / 10 / 20) instead of one horizon for all: a
 horizon fixed from the paper's counts before running, which says whether a reading gets within F
 times the paper's speed, at a third of the cost of 100 rounds everywhere. ``--out`` writes one row
-per run (reading, setting, K, seed, horizon, rounds to 10⁻² and final loss per task, seconds)
+per run (reading, setting, K, seed, horizon, rounds to 10⁻² and final loss per task, and the sum of
+the run's round wall times, which in a lockstep group includes waiting for the group's other runs)
 into the CSV, replacing the rows of the same runs and keeping the others, which notebook 05 shows beside the paper's Table 2 (``notebooks/measured/fmol_readings.csv``).
 
 Cost: one reading at the paper's size is the work of scripts/fmol_table2.py, about 25 CPU-minutes
@@ -56,9 +57,10 @@ def paper_rounds(setting: str, k: int) -> tuple:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--rounds", type=int, default=100)
-    ap.add_argument("--rounds-factor", type=float, default=None,
-                    help="run each K for ceil(F x the paper's largest round count for that K) rounds instead of --rounds")
+    horizon = ap.add_mutually_exclusive_group()
+    horizon.add_argument("--rounds", type=int, default=100, help="rounds of every run (default 100)")
+    horizon.add_argument("--rounds-factor", type=float, default=None,
+                         help="run each K for ceil(F x the paper's largest round count for that K) rounds instead")
     ap.add_argument("--out", type=Path, default=None, help="write one CSV row per run here")
     ap.add_argument("--K", type=int, nargs="+", default=[1, 5, 10, 20], dest="ks")
     ap.add_argument("--readings", nargs="+", default=DEFAULT_READINGS,
@@ -111,7 +113,8 @@ def main() -> None:
         print(f"FMOL Table 2 (M = 10 x 256, FMGDA, eta_L = eta_t = 0.1): rounds to a training loss of {THRESHOLD:g}, "
               f"{len(args.seeds)} seed(s) {args.seeds}")
         print(f"{'setting':<8} {'K':>3} | {'L':<28} {'paper':>5} | {'R':<28} {'paper':>5} | "
-              f"loss after the last round (L / R, mean) | s per run (sum of round times)")
+              f"loss after the last round (L / R, mean) | s per run (sum of its rounds' wall times; in a lockstep group "
+              "this includes waiting for the group's other runs)")
         for st in args.settings:
             for k in args.ks:
                 T = horizon[k]

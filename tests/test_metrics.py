@@ -129,7 +129,7 @@ def test_seed_interval_by_hand():
     m, lo, hi = metrics.seed_interval([1.0, 2.0, 3.0])
     assert m == 2.0
     assert lo == pytest.approx(2 - 2.484138, abs=1e-6) and hi == pytest.approx(2 + 2.484138, abs=1e-6)
-    # a 90 % interval is narrower; identical values have a zero-width interval
+    # a 90 % interval is narrower; identical values whose mean is exact have a zero-width interval
     assert metrics.seed_interval([1.0, 2.0, 3.0], level=0.9)[2] < hi
     assert metrics.seed_interval([0.5, 0.5, 0.5, 0.5]) == (0.5, 0.5, 0.5)
 
@@ -141,3 +141,5 @@ def test_seed_interval_degenerate_inputs():
         metrics.seed_interval([])
     with pytest.raises(ValueError, match="level"):
         metrics.seed_interval([1.0, 2.0], level=1.0)
+    with pytest.raises(ValueError, match="non-finite"):
+        metrics.seed_interval([1.0, math.inf])
