@@ -173,6 +173,7 @@ def dqnfed_shakespeare_config(algorithm, roles: int = 31, max_samples: int = 200
         algorithm=algorithm, rounds=rounds, participation=1.0, eval_every=eval_every or max(1, rounds // 25), seed=seed,
         track_improved=track_improved, batched=False)
 
+
 # ----------------------------------------------------------------------------- a run's reported numbers
 
 def _fedfv_method(algorithm: dict) -> str | None:
