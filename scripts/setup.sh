@@ -45,6 +45,13 @@ pip_install() {
 stamp=.venv/.fairfl-installed
 want=$(cat requirements.txt requirements-data.txt pyproject.toml | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  # the pinned torch is a CUDA build: ~6.5 GB in .venv once unpacked, more while pip unpacks it.
+  # Say so before pip fails half-way with "No space left on device" and leaves a partial .venv.
+  free_gb=$(df -Pk . | awk 'NR == 2 {print int($4 / 1048576)}')
+  if [ "$free_gb" -lt 8 ]; then
+    echo "error: installing the requirements needs about 8 GB of free disk here; $(pwd) has ${free_gb} GB" >&2
+    exit 1
+  fi
   echo "== installing requirements (torch from local disk takes ~2 min)"
   pip_install --upgrade pip
   pip_install -r requirements.txt
