@@ -60,7 +60,7 @@ class History:
     train_loss: list = field(default_factory=list)             # uniform mean over all clients
     round_lr: list[float] = field(default_factory=list)        # ηₜ per round
     round_improved: list[float] = field(default_factory=list)  # share of improved participants (NaN: not tracked)
-    round_time: list[float] = field(default_factory=list)      # seconds per round
+    round_time: list[float] = field(default_factory=list)      # wall seconds per round (shared by a lockstep group)
     sampled: list[list[int]] = field(default_factory=list)     # client ids per round
     info: dict[str, list] = field(default_factory=dict)        # the rule's per-round log (scalars or short vectors)
     # With config.averaged_iterate: the same measures at w̄_T = (1/T)·Σ_{t=1..T} w_t, the average of the
