@@ -214,3 +214,22 @@ def test_a_large_group_of_unequal_clients_gives_each_run_its_result_alone(fairfl
     assert [state(h) for h in simulate_group(configs, progress=False)] == [state(h) for h in group]
     for c, h in zip(configs, group):
         assert state(h) == state(simulate(c, progress=False)), c
+
+
+@pytest.mark.slow
+def test_a_stack_cut_into_chunks_gives_each_run_its_result_alone(fmnist, monkeypatch):
+    # A stack too large for the memory budget is cut along the instance axis, and where it is cut
+    # depends on how many runs share it: 3 runs x 4 clients in chunks of at most 5 (5, 5, 2) put
+    # the runs' clients beside other runs' clients, and split run 1 over two chunks, where each run
+    # alone is one chunk of 4. Every instance must get the same bits whichever chunk it is in.
+    per_instance = 3 * CNN.local.batch_size * engine._floats_per_sample(
+        build_model("cnn_fmnist", (1, 28, 28), 3), torch.zeros(1, 1, 28, 28), ())
+    monkeypatch.setitem(engine.FUSED_FLOATS, "cpu", 5 * per_instance)
+    configs = [CNN.replace(algorithm=FedAvg(), clients_per_round=4, seed=s) for s in (0, 1, 2)]
+    calls = []
+    real = engine._chunks
+    monkeypatch.setattr(engine, "_chunks", lambda *a: calls.append(len(a[0])) or real(*a))
+    group = simulate_group(configs, progress=False)
+    assert max(calls) == 12, calls                    # the three runs' rows were one stack, cut in chunks
+    for c, h in zip(configs, group):
+        assert state(h) == state(simulate(c, progress=False)), c.seed
