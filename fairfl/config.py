@@ -37,7 +37,9 @@ from .validation import option, validate_options
 # 3: canonical configs, attacks' `target`, the data's fingerprint in the cache key.
 # 4: dropout masks from each client's stream (a run fused with others gives its result alone);
 #    the device's type in the key.
-CACHE_VERSION = 5
+# 5: Intel MKL in strict reproducibility mode.
+# 6: a lone instance trains in a stack of two (a stack of one rounded otherwise, fairfl.engine).
+CACHE_VERSION = 6
 DEVICES = "'auto', 'cpu', 'cuda' or 'cuda:N'"
 
 

@@ -380,6 +380,15 @@ def _train_fused(jobs: Sequence[Job]) -> list[Trained]:
             batch = len(rows[0].plan[0]) if rows[0].plan else n
             per_row = batch * _floats_per_sample(model, rows[0].source.x, signature)
             for chunk in _chunks(rows, per_row, device):
+                kept = len(chunk)
+                if kept == 1:
+                    # A stack of one is computed by other kernels than a stack of two or more: the
+                    # convolution of one model is a plain one where several are grouped, and its
+                    # gradient rounds differently (measured: the Table 3 CNN and FMOL's LeNet differ
+                    # in the last bit; linear layers do not). A run alone would then differ from
+                    # the same run in a group, or from itself in a group where its partners finished
+                    # first. So a lone instance trains beside a copy of itself, which is discarded.
+                    chunk = chunk * 2
                 m = len(chunk)
                 starts = torch.stack([jobs[r.job].starts[r.k] for r in chunk])
                 centres = torch.stack([starts[i] if jobs[r.job].prox_centre is None else jobs[r.job].prox_centre
@@ -397,7 +406,7 @@ def _train_fused(jobs: Sequence[Job]) -> list[Trained]:
                 sums = _flatten(acc, m) if acc is not None else None
                 firsts = _flatten(grad0, m) if grad0 is not None else None
                 after = _stacked_training_losses(model, names, w, gather) if flags.loss_after else None
-                for i, r in enumerate(chunk):
+                for i, r in enumerate(chunk[:kept]):
                     out = results[r.job]
                     out.params[r.k] = params[i]
                     if sums is not None:
