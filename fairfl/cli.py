@@ -69,15 +69,16 @@ def notebook_paths(names: list[str]) -> list[Path]:
 
 # Measured wall time of each notebook per profile on the project machine (2 cores, no GPU), in
 # seconds: what `reproduce` announces, and the README's table. quick: a fresh-clone `make figures`
-# on 2026-11-23 (sweep engine, commit ede32e2) for 00-02, and the executor of one run per job
-# (2026-11-22/23) for 03-05, which the engine has not been timed on; smoke: `reproduce --profile
-# smoke` on 2026-11-23 (commit d5f1b5c) while other jobs loaded both cores (load 8-14), so an idle
-# machine is faster. A missing entry is not measured.
+# on 2026-11-23 (sweep engine, commit ede32e2) for 00 and 02; 01 at 5 seeds, 2.5 x its 2-seed
+# time; 03-05 by `reproduce 03 04 05 --profile quick` from an empty results folder on the idle
+# machine, 2026-11-24 (commit 4502a33). smoke: `reproduce --profile smoke` on 2026-11-23 (commit
+# d5f1b5c) while other jobs loaded both cores (load 8-14), so an idle machine is faster. A missing
+# entry is not measured.
 NOTEBOOK_SECONDS: dict[tuple[str, str], float] = {
     ("00", "smoke"): 19, ("01", "smoke"): 31, ("02", "smoke"): 66, ("03", "smoke"): 11, ("04", "smoke"): 28,
     ("05", "smoke"): 18,
-    ("00", "quick"): 265, ("01", "quick"): 3650, ("02", "quick"): 1113, ("03", "quick"): 2593,
-    ("04", "quick"): 3489, ("05", "quick"): 1154,
+    ("00", "quick"): 265, ("01", "quick"): 3650, ("02", "quick"): 1113, ("03", "quick"): 1882,
+    ("04", "quick"): 1940, ("05", "quick"): 1133,
 }
 
 
