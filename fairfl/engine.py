@@ -474,15 +474,13 @@ class _Gather:
 
 
 def _stacked_losses(model, names, stacked: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-                    dropout: tuple[torch.Tensor, int] | None = None, reduction: str = "mean",
-                    fused: bool | None = None) -> torch.Tensor:
+                    dropout: tuple[torch.Tensor, int] | None = None, reduction: str = "mean") -> torch.Tensor:
     """Per-instance losses (mean, or sum with ``reduction="sum"``) of stacked models on (m, b, ...)
     inputs: fused kernels for the papers' Sequential models (``fairfl.stacked``),
     ``torch.func.vmap`` for any other model (which then has no dropout, :func:`can_batch`).
     ``reduction="total"``: the sum over instances of their mean losses, as one scalar — what a
-    training step differentiates. ``fused``: whether ``fairfl.stacked`` supports the model, when
-    the caller already knows (a loop of steps asks once: the check walks the model's parameters)."""
-    if stacked_forward.supports(model) if fused is None else fused:
+    training step differentiates."""
+    if stacked_forward.supports(model):
         logits = stacked_forward.forward(model, stacked, x, dropout)
     else:
         def one(params, xb):
@@ -504,11 +502,10 @@ def _stacked_training_losses(model, names, w: list[torch.Tensor], gather: _Gathe
     model.eval()
     n = gather.size
     total = torch.zeros(len(gather.rows), device=gather.device)
-    fused = stacked_forward.supports(model)
     for i in range(0, n, LOSS_CHUNK):
         idx = torch.arange(i, min(n, i + LOSS_CHUNK), device=gather.device).expand(len(gather.rows), -1)
         x, y = gather.take(idx)
-        total += _stacked_losses(model, names, w, x, y, reduction="sum", fused=fused)
+        total += _stacked_losses(model, names, w, x, y, reduction="sum")
     model.train()
     return total / n
 
@@ -527,12 +524,11 @@ def _sgd_stack(model, names, w, centre, gather: _Gather, steps: int, keys: torch
     first = None
     # each instance's hyper-parameters shaped once per parameter tensor, not once per step
     lr, momentum, decay = ([_view(hyper[h], t) for t in w] for h in ("lr", "momentum", "weight_decay"))
-    fused = stacked_forward.supports(model)
     model.train()
     for step in range(steps):
         x, y = gather.batch(step)
         leaves = [t.requires_grad_() for t in w]
-        loss = _stacked_losses(model, names, leaves, x, y, (keys, step), reduction="total", fused=fused)
+        loss = _stacked_losses(model, names, leaves, x, y, (keys, step), reduction="total")
         if cfg.prox_mu:     # (μₖ/2)·‖wₖ − centreₖ‖² for every instance k
             per = sum(((t - g) ** 2).reshape(len(t), -1).sum(1) for t, g in zip(leaves, centre))
             loss = loss + (hyper["half_mu"] * per).sum()

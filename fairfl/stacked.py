@@ -21,6 +21,7 @@ single ``nn.Module`` the very same masks (the reference path of local training).
 """
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
@@ -35,12 +36,21 @@ SUPPORTED = (nn.Conv2d, nn.Linear, nn.ReLU, nn.MaxPool2d, nn.Dropout, nn.Dropout
 _CL = torch.channels_last
 
 
+_SUPPORTS: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
+
+
 def supports(model: nn.Module) -> bool:
-    net = getattr(model, "net", None)
-    if not isinstance(net, nn.Sequential) or any(type(l) not in SUPPORTED for l in net):
-        return False
-    # every parameter must belong to net, in order
-    return [id(p) for p in model.parameters()] == [id(p) for p in net.parameters()]
+    """Whether :func:`forward` can run copies of ``model``. Remembered per model: the engine asks at
+    every local step, and the check walks the model's parameters. A model's layers are fixed once it
+    is built; :func:`keyed_dropout`, which swaps them for a while, forgets the answer."""
+    known = _SUPPORTS.get(model)
+    if known is None:
+        net = getattr(model, "net", None)
+        known = (isinstance(net, nn.Sequential) and all(type(l) in SUPPORTED for l in net)
+                 # every parameter must belong to net, in order
+                 and [id(p) for p in model.parameters()] == [id(p) for p in net.parameters()])
+        _SUPPORTS[model] = known
+    return known
 
 
 # One step of an instance draws its masks of dropout layer j (in the model's order) at counter
@@ -146,6 +156,7 @@ def keyed_dropout(model: nn.Module) -> Iterator[dict]:
     ``state["step"]`` (set both in the yielded dict before each forward pass), with the masks
     that :func:`forward` gives the same instance in a stack."""
     state: dict = {"key": 0, "step": 0}
+    _SUPPORTS.pop(model, None)          # its layers change inside the block and back after it
     swapped = []
     ordinal = 0
     for parent in list(model.modules()):
@@ -161,6 +172,7 @@ def keyed_dropout(model: nn.Module) -> Iterator[dict]:
     finally:
         for parent, name, child in swapped:
             setattr(parent, name, child)
+        _SUPPORTS.pop(model, None)
 
 
 def _max_pool(h: torch.Tensor, layer: nn.MaxPool2d) -> torch.Tensor:
