@@ -244,6 +244,64 @@ def _switch_mkl_strict() -> bool:
 _REPRODUCIBLE: bool | None = None
 _REPRODUCIBLE_LOCK = threading.Lock()
 
+# The instruction sets oneDNN (torch's convolutions) picks its kernels by, as /proc/cpuinfo names them
+_KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                 "avx_vnni", "amx_tile", "amx_bf16")
+
+
+def cpu_kernels() -> dict[str, str]:
+    """What picks the CPU kernels a run computes with, beside its config: the last bits of every
+    result depend on it. MKL runs another code branch on an Intel CPU than on an AMD one (its
+    ``AUTO`` branch), oneDNN generates its convolutions for the instruction sets it finds, and
+    torch's own kernels reduce in vectors of its capability's width. So one config gives one result
+    bit for bit on machines that agree on all of this, and results equal to float tolerance
+    elsewhere (a last-bit difference grows over training; ``tests/test_golden.py`` measures by how
+    much). Fields: torch's version, its kernels' capability, MKL's version and branch, the CPU's
+    vendor and its relevant instruction sets, and a hash of a few of these kernels' results on
+    fixed inputs (one thread), which catches what the names do not (a library's blocking)."""
+    import hashlib
+    import os
+    import platform
+    flags, vendor = set(), platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == "vendor_id":
+                vendor = value.strip()
+            elif name.strip() == "flags":
+                flags = set(value.split())
+                break
+    except OSError:
+        pass                                   # not Linux: the probe below still tells kernels apart
+    mkl = "none"
+    if torch.backends.mkl.is_available():
+        check_reproducible()                   # the mode runs are computed in, set before MKL's first call
+        try:
+            import ctypes
+            lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+            text = ctypes.create_string_buffer(256)
+            lib.MKL_Get_Version_String(text, 256)
+            mkl = (f"{text.value.decode(errors='replace')}; mode {lib.mkl_serv_cbwr_get(-1):#x}; "
+                   f"branch {lib.mkl_serv_cbwr_get_auto_branch()}")
+        except (OSError, AttributeError):
+            mkl = "available, branch unknown"
+    with run_threads():
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(40, 784, generator=g)
+        w = torch.randn(784, 200, generator=g, requires_grad=True)
+        images = torch.randn(10, 4, 12, 12, generator=g)
+        kernel = torch.randn(8, 2, 5, 5, generator=g, requires_grad=True)     # 2 groups, as a stack of 2
+        hidden = torch.relu(x @ w)                                              # MKL sgemm
+        batched = torch.bmm(hidden.view(4, 10, 200), w[:200, :99].unsqueeze(0).expand(4, -1, -1))
+        conv = torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(images, kernel, groups=2), 2)
+        loss = (torch.log_softmax(batched, -1).sum() + conv.square().mean())
+        loss.backward()
+        parts = [hidden, batched, conv, w.grad, kernel.grad, (x.double() @ w.detach().double()).sum(0)]
+        digest = hashlib.sha256(b"".join(p.detach().contiguous().numpy().tobytes() for p in parts)).hexdigest()
+    return {"torch": torch.__version__, "capability": torch.backends.cpu.get_cpu_capability(), "mkl": mkl,
+            "cpu": f"{vendor}: {' '.join(f for f in _KERNEL_FLAGS if f in flags) or 'none of ' + '/'.join(_KERNEL_FLAGS)}",
+            "probe": digest[:16]}
+
 
 @contextmanager
 def run_threads():

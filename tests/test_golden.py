@@ -1,14 +1,24 @@
 """Behaviour is unchanged by the one-contract refactor: short runs of every algorithm family,
-built with today's API, give exactly the histories that the code of commit 2392cdc recorded
-(``tests/golden/histories_2392cdc.json``, see ``make_golden_2392cdc.py`` there), bit for bit —
-every accuracy, loss, step size, improved share, sampled client and logged scalar. One torch
-thread, as recorded."""
+built with today's API, give the histories that the code of commit 2392cdc recorded
+(``tests/golden/histories_2392cdc.json``, see ``make_golden_2392cdc.py`` there) — every accuracy,
+loss, step size, improved share, sampled client and logged scalar. One torch thread, as recorded.
+
+Bit for bit where the CPU kernels are those of the recording (``fairfl.loop.cpu_kernels``, stored
+in ``golden/cpu_kernels_2392cdc.json``). Elsewhere — e.g. an Intel CPU, where MKL takes another
+branch than on the recording's AMD one, or another oneDNN instruction set — the last bits differ from the
+first step on, so the clients drawn must still be identical and every other series must agree to
+:data:`OTHER_KERNELS_RTOL` of its largest magnitude (why that tolerance: its comment)."""
 from __future__ import annotations
 
 import json
+import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
 from fairfl.algorithms.afl import AFL
@@ -17,9 +27,21 @@ from fairfl.algorithms.fedavg import FedAvg, FedAvgN, FedProx
 from fairfl.algorithms.fedfv import FedFV
 from fairfl.algorithms.fedmgda import FedMGDA, FedMGDAPlus, MGDAProx
 from fairfl.algorithms.qffl import QFedAvg
-from fairfl.loop import simulate
+from fairfl.loop import cpu_kernels, simulate
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "histories_2392cdc.json").read_text())
+RECORDED_KERNELS = json.loads((Path(__file__).parent / "golden" / "cpu_kernels_2392cdc.json").read_text())
+SAME_KERNELS = cpu_kernels() == RECORDED_KERNELS
+
+# On other kernels, a series may move by this fraction of its largest magnitude. Measured on the
+# recording machine by switching kernels under the same code (2026-11-25): MKL's COMPATIBLE branch,
+# and oneDNN and torch capped at AVX2, moved the 25 unchanged cases by at most 5e-3 (the test
+# accuracy of dqnfed_two_epochs_mlp, a diverging run; every other series ≤ 1e-3). The CI machine whose
+# kernels first differed (2026-11-24) moved no accuracy and the losses its log shows by ≤ 3e-5. A
+# behaviour change moves them by more: the deliberately changed FedFV case by 3e-2 to 1 (test below).
+OTHER_KERNELS_RTOL = 1e-2
+EXACT = ("eval_rounds", "sampled")
+SERIES = ("round_lr", "test_acc", "test_loss", "train_loss", "round_improved")
 
 FM = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)},
                       partition=PartitionSpec("shards", num_clients=30, shards_per_client=2), model="cnn_fmnist",
@@ -88,6 +110,44 @@ CHANGED = {
 }
 
 
+def _numbers(x):
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _numbers(y)
+    else:
+        yield x
+
+
+def deviation(got, want) -> float:
+    """Largest |got − want| over a series, as a fraction of the series' largest finite magnitude;
+    inf where the shapes, a NaN or a missing value differ."""
+    got, want = list(_numbers(got)), list(_numbers(want))
+    if len(got) != len(want):
+        return math.inf
+    scale = max([abs(w) for w in want if w is not None and math.isfinite(w)] + [1e-12])
+    worst = 0.0
+    for g, w in zip(got, want):
+        if g is None or w is None or not math.isfinite(w) or not math.isfinite(g):
+            if json.dumps(g) != json.dumps(w):
+                return math.inf
+        else:
+            worst = max(worst, abs(g - w) / scale)
+    return worst
+
+
+def deviations(got: dict, want: dict) -> dict[str, float]:
+    out = {key: deviation(got[key], want[key]) for key in SERIES}
+    if sorted(got["info"]) != sorted(want["info"]):
+        out["info"] = math.inf
+    out.update({f"info.{key}": deviation(got["info"][key], want["info"][key]) for key in want["info"]
+                if key in got["info"]})
+    return out
+
+
+def test_cpu_kernels_are_read_the_same_way_twice():
+    assert cpu_kernels() == cpu_kernels()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CHANGED))
 def test_a_deliberately_changed_case_differs_from_the_recording(name):
@@ -95,13 +155,44 @@ def test_a_deliberately_changed_case_differs_from_the_recording(name):
     want = GOLDEN[name]["history"]
     assert got["sampled"] == want["sampled"]
     assert json.dumps(got["test_acc"]) != json.dumps(want["test_acc"]), CHANGED[name]
+    # and by more than other kernels may move a case: the tolerance below catches such a change
+    assert max(deviations(got, want).values()) > 3 * OTHER_KERNELS_RTOL, CHANGED[name]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(set(CASES) - set(CHANGED)))
-def test_history_is_bit_identical_to_commit_2392cdc(name):
+def test_history_is_the_one_commit_2392cdc_recorded(name):
     got = simulate(CASES[name], progress=False).to_state()
     want = GOLDEN[name]["history"]
-    for key in ("eval_rounds", "sampled", "round_lr", "test_acc", "test_loss", "train_loss", "round_improved"):
-        assert json.dumps(got[key]) == json.dumps(want[key]), key     # floats by repr: bit for bit, NaN included
-    assert json.dumps(got["info"], sort_keys=True) == json.dumps(want["info"], sort_keys=True)
+    for key in EXACT:
+        assert got[key] == want[key], key
+    if SAME_KERNELS:
+        for key in SERIES:
+            assert json.dumps(got[key]) == json.dumps(want[key]), key     # floats by repr: bit for bit, NaN included
+        assert json.dumps(got["info"], sort_keys=True) == json.dumps(want["info"], sort_keys=True)
+    else:
+        moved = {key: d for key, d in deviations(got, want).items() if not d <= OTHER_KERNELS_RTOL}
+        assert not moved, (f"{name} moved beyond {OTHER_KERNELS_RTOL:g} of its scale on kernels other than the "
+                           f"recording's ({cpu_kernels()} vs {RECORDED_KERNELS}): {moved}")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="torch without Intel MKL")
+def test_other_kernels_are_told_apart_and_held_to_the_tolerance():
+    """The fallback path, exercised on any machine: a process with MKL on its COMPATIBLE branch
+    (other kernels than this process's AUTO) reads other kernels and still gives a case within the
+    tolerance of the recording."""
+    script = (
+        "import json, sys; sys.path.insert(0, 'tests'); import test_golden as t; "
+        "got = t.simulate(t.CASES['dqnfed_mlp'], progress=False).to_state(); "
+        "print(json.dumps({'kernels': t.cpu_kernels(), 'same': t.SAME_KERNELS, "
+        "'deviations': t.deviations(got, t.GOLDEN['dqnfed_mlp']['history']), "
+        "'exact': all(got[k] == t.GOLDEN['dqnfed_mlp']['history'][k] for k in t.EXACT)}))")
+    env = {**os.environ, "MKL_CBWR": "COMPATIBLE,STRICT", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[1], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["kernels"]["mkl"] != cpu_kernels()["mkl"] and not out["same"]
+    assert out["exact"]
+    assert max(out["deviations"].values()) <= OTHER_KERNELS_RTOL, out["deviations"]
