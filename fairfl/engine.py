@@ -525,14 +525,19 @@ def _sgd_stack(model, names, w, centre, gather: _Gather, steps: int, keys: torch
     # each instance's hyper-parameters shaped once per parameter tensor, not once per step
     lr, momentum, decay = ([_view(hyper[h], t) for t in w] for h in ("lr", "momentum", "weight_decay"))
     model.train()
+    by_hand = stacked_forward.dense(model) and not cfg.prox_mu       # the same gradients, less per-step overhead
     for step in range(steps):
         x, y = gather.batch(step)
-        leaves = [t.requires_grad_() for t in w]
-        loss = _stacked_losses(model, names, leaves, x, y, (keys, step), reduction="total")
-        if cfg.prox_mu:     # (μₖ/2)·‖wₖ − centreₖ‖² for every instance k
-            per = sum(((t - g) ** 2).reshape(len(t), -1).sum(1) for t, g in zip(leaves, centre))
-            loss = loss + (hyper["half_mu"] * per).sum()
-        grads = torch.autograd.grad(loss, leaves)
+        if by_hand:
+            leaves = w
+            grads = stacked_forward.dense_gradients(model, leaves, x, y)
+        else:
+            leaves = [t.requires_grad_() for t in w]
+            loss = _stacked_losses(model, names, leaves, x, y, (keys, step), reduction="total")
+            if cfg.prox_mu:     # (μₖ/2)·‖wₖ − centreₖ‖² for every instance k
+                per = sum(((t - g) ** 2).reshape(len(t), -1).sum(1) for t, g in zip(leaves, centre))
+                loss = loss + (hyper["half_mu"] * per).sum()
+            grads = torch.autograd.grad(loss, leaves)
         if first_gradient and step == 0:
             first = grads
         with torch.no_grad():
