@@ -198,6 +198,21 @@ def test_batch_plan_covers_every_sample_each_epoch():
     assert [len(b) for b in full] == [10, 10]
 
 
+@pytest.mark.parametrize("n,epochs,b", [(26, 2, 10), (10, 1, None), (0, 2, 5), (7, 3, 7)])
+def test_batch_plan_is_each_epochs_permutation_cut_into_batches(n, epochs, b):
+    """The plan, held as one tensor, gives the batches that cutting each epoch's permutation with
+    Tensor.split gives (the definition; it was a list of those pieces), by index, slice and iteration."""
+    plan = batch_plan(n, LocalTraining(epochs=epochs, batch_size=b), torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(1)
+    want = [piece for _ in range(epochs) for piece in torch.randperm(n, generator=g).split(b or n)]
+    assert len(plan) == len(want) and plan.sizes == [len(w) for w in want]
+    assert all(torch.equal(a, w) for a, w in zip(plan, want))
+    assert all(torch.equal(plan[i], want[i]) for i in range(-len(want), len(want)))
+    assert all(torch.equal(a, w) for a, w in zip(plan[1:], want[1:]))
+    with pytest.raises(IndexError):
+        plan[len(want)]
+
+
 def test_client_generator_is_a_function_of_seed_round_client():
     draw = lambda *a: torch.randperm(50, generator=Stream(*a).generator())
     assert torch.equal(draw(0, 1, 2), draw(0, 1, 2))
