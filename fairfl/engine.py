@@ -374,6 +374,39 @@ def _chunks(rows: list, per_row: int, device: torch.device) -> list[list]:
     return [rows[i:i + size] for i in range(0, len(rows), size)]
 
 
+_ALONE_EXACT: dict[tuple, bool] = {}
+
+
+def _alone_is_exact(model, names, template, row: "_Row", batch: int, cfg, device, dtype) -> bool:
+    """Whether an instance of this model computes, at this step shape, the same bits in a stack of
+    one as beside other instances. Found out once per process and shape: one step (and the loss
+    after it) of the instance on its first batch, alone and beside a copy of itself. Kernels are
+    picked by shape, not by data, so the answer holds for every step of that shape. Where it holds
+    (the dense models here: logistic regression and the MLPs) a lone instance needs no discarded
+    copy, which costs a full-batch MLP client as much again as its own step (notebooks 03-04); a
+    convolution or vmap model gets its copy."""
+    key = (_signature(model), batch, tuple(row.source.x.shape[1:]), row.source.x.dtype, str(device),
+           stacked_forward.dense(model), bool(cfg.prox_mu), bool(cfg.momentum), bool(cfg.weight_decay))
+    if key not in _ALONE_EXACT:
+        n = min(batch, row.source.size)
+        probe = _Row(row.job, row.k, Source(*(t[row.source.start:row.source.start + n] for t in (row.source.x, row.source.y)),
+                                            0, n), row.stream, Plan(torch.arange(n), [n]))
+        start = torch.cat([t.detach().reshape(-1) for t in template]).to(device=device, dtype=dtype)
+        outcomes = []
+        for m in (1, 2):
+            w = _unflatten(start.expand(m, -1).clone(), template)
+            hyper = {h: torch.full((m,), v, dtype=dtype, device=device) for h, v in
+                     (("lr", cfg.lr), ("momentum", cfg.momentum), ("weight_decay", cfg.weight_decay),
+                      ("half_mu", cfg.prox_mu / 2))}
+            gather = _Gather([probe] * m, device)
+            keys = torch.full((m,), row.stream.key, dtype=torch.int64, device=device)
+            w, acc, first = _sgd_stack(model, names, w, w, gather, 1, keys, hyper, cfg, True, True)
+            outcomes.append([t[0] for t in (*w, *acc, *first)] + [_stacked_training_losses(model, names, w, gather)[0]])
+        model.train()
+        _ALONE_EXACT[key] = all(torch.equal(a, b) for a, b in zip(*outcomes))
+    return _ALONE_EXACT[key]
+
+
 @dataclass
 class _Row:
     job: int
@@ -410,13 +443,13 @@ def _train_fused(jobs: Sequence[Job]) -> list[Trained]:
             per_row = batch * _floats_per_sample(model, rows[0].source.x, signature)
             for chunk in _chunks(rows, per_row, device):
                 kept = len(chunk)
-                if kept == 1:
-                    # A stack of one is computed by other kernels than a stack of two or more: the
-                    # convolution of one model is a plain one where several are grouped, and its
+                if kept == 1 and not _alone_is_exact(model, names, template, chunk[0], batch, cfg, device, dtype):
+                    # A stack of one can be computed by other kernels than a stack of two or more:
+                    # the convolution of one model is a plain one where several are grouped, and its
                     # gradient rounds differently (measured: the Table 3 CNN and FMOL's LeNet differ
-                    # in the last bit; linear layers do not). A run alone would then differ from
-                    # the same run in a group, or from itself in a group where its partners finished
-                    # first. So a lone instance trains beside a copy of itself, which is discarded.
+                    # in the last bit). A run alone would then differ from the same run in a group,
+                    # or from itself in a group where its partners finished first. So there a lone
+                    # instance trains beside a copy of itself, which is discarded.
                     chunk = chunk * 2
                 m = len(chunk)
                 starts = torch.stack([jobs[r.job].starts[r.k] for r in chunk])

@@ -240,11 +240,19 @@ def test_a_run_whose_partners_finish_first_gives_its_result_alone(fmnist):
     # One client per round: alone, each stack holds one instance; in the group, the long run shares
     # round 0's stack with the short one and is alone in the rounds after. A stack of one computes
     # with other kernels (a plain convolution, not a grouped one; vmap likewise for FMOL's LeNet),
-    # so it is trained beside a copy of itself: either way the long run gets its result alone.
+    # so it is trained beside a copy of itself; a dense model's stack of one computes as a larger
+    # stack does (engine._alone_is_exact finds out), so it trains alone. Either way the long run
+    # gets its result alone.
+    from fairfl import engine
+    engine._ALONE_EXACT.clear()
     cnn = CNN.replace(algorithm=FedAvg(), clients_per_round=1, eval_every=3)
     mgd = fmol_config(K=1, n=32, clients=3, rounds=3, centralised=True)        # pooled data: one instance
+    mlp = MLP.replace(algorithm=FedAvg(), clients_per_round=1, eval_every=3)                  # full batch
     for long, short in ((cnn.replace(rounds=3), cnn.replace(rounds=1, seed=1)),
-                        (mgd, fmol_config(K=1, n=32, clients=3, rounds=1, centralised=True, seed=1))):
+                        (mgd, fmol_config(K=1, n=32, clients=3, rounds=1, centralised=True, seed=1)),
+                        (mlp.replace(rounds=3), mlp.replace(rounds=1, seed=1))):
         grouped = simulate_group([long, short], progress=False)
         assert state(grouped[0]) == state(simulate(long, progress=False)), long.model
         assert state(grouped[1]) == state(simulate(short, progress=False)), short.model
+    # both ways were taken: a copy for the CNN (and the LeNet), none for the MLP, on this machine
+    assert set(engine._ALONE_EXACT.values()) == {True, False}, engine._ALONE_EXACT
