@@ -337,8 +337,12 @@ def _sequential_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torc
 # ----------------------------------------------------------------------------- the fused path
 
 # Memory of one fused step: the instance axis is cut so that a chunk's activations (estimated from
-# one sample's forward pass, ×3 for the backward pass) stay below this many floats.
-FUSED_FLOATS = {"cpu": 2 ** 26, "cuda": 2 ** 28}
+# one sample's forward pass, ×3 for the backward pass) stay below this many floats. On a CPU the
+# bound is about a last-level cache (32 MB here), not the memory: a stack of the Table 3 CNN at
+# b = 10 runs fastest per instance at 20-30 instances (0.84 ms an instance-step, against 1.01 ms at
+# 120 and 0.92 at one run's 10; medians of 4, one thread), and sweep (a) went 101 -> 93 s with it
+# (benchmarks/README). Chunks never change a result (tests/test_engine.py).
+FUSED_FLOATS = {"cpu": 2 ** 23, "cuda": 2 ** 28}
 # A loss over an instance's whole training data is summed in chunks of this many samples: a fixed
 # number, so that the sum, and hence the result, does not depend on how many instances share it.
 LOSS_CHUNK = 512
