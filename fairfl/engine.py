@@ -406,7 +406,6 @@ def _alone_is_exact(model, names, template, row: "_Row", batch: int, cfg, device
             keys = torch.full((m,), row.stream.key, dtype=torch.int64, device=device)
             w, acc, first = _sgd_stack(model, names, w, w, gather, 1, keys, hyper, cfg, True, True)
             outcomes.append([t[0] for t in (*w, *acc, *first)] + [_stacked_training_losses(model, names, w, gather)[0]])
-        model.train()
         _ALONE_EXACT[key] = all(torch.equal(a, b) for a, b in zip(*outcomes))
     return _ALONE_EXACT[key]
 

@@ -222,13 +222,18 @@ def check_reproducible() -> bool:
     return _REPRODUCIBLE
 
 
+def _mkl_library():
+    """torch's CPU library, through which its statically linked MKL's service functions are called."""
+    import ctypes
+    import os
+    return ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+
+
 def _switch_mkl_strict() -> bool:
     reproducible = True
     if torch.backends.mkl.is_available():
-        import ctypes
-        import os
         try:
-            lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+            lib = _mkl_library()
             if not lib.mkl_serv_cbwr_get(-1) & _MKL_CBWR_STRICT:
                 lib.mkl_serv_cbwr_set(2 | _MKL_CBWR_STRICT)          # MKL_CBWR_AUTO | STRICT
                 reproducible = bool(lib.mkl_serv_cbwr_get(-1) & _MKL_CBWR_STRICT)
@@ -259,8 +264,8 @@ def cpu_kernels() -> dict[str, str]:
     much). Fields: torch's version, its kernels' capability, MKL's version and branch, the CPU's
     vendor and its relevant instruction sets, and a hash of a few of these kernels' results on
     fixed inputs (one thread), which catches what the names do not (a library's blocking)."""
+    import ctypes
     import hashlib
-    import os
     import platform
     flags, vendor = set(), platform.processor() or platform.machine()
     try:
@@ -277,8 +282,7 @@ def cpu_kernels() -> dict[str, str]:
     if torch.backends.mkl.is_available():
         check_reproducible()                   # the mode runs are computed in, set before MKL's first call
         try:
-            import ctypes
-            lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+            lib = _mkl_library()
             text = ctypes.create_string_buffer(256)
             lib.MKL_Get_Version_String(text, 256)
             mkl = (f"{text.value.decode(errors='replace')}; mode {lib.mkl_serv_cbwr_get(-1):#x}; "

@@ -75,7 +75,7 @@ def dense_gradients(model: nn.Module, params: Sequence[torch.Tensor], x: torch.T
     layers, on the same operands in the same layouts (PyTorch's derivatives.yaml: baddbmm's
     ``batch1ᵀ·grad`` and ``grad·batch2ᵀ``, ``sum_to`` for the broadcast bias, ``threshold_backward``
     for ReLU, ``nll_loss_backward`` and ``_log_softmax_backward_data`` for the loss, the root
-    gradient 1 divided by b), so the gradients are the same bit for bit (``tests/test_stacked.py``)."""
+    gradient 1 divided by b), so the gradients are the same bit for bit (``tests/test_client.py``)."""
     m, b = y.shape
     it = iter(params)
     h = x.reshape(m, b, -1)                            # Flatten of the input, as _to_flat does
@@ -85,7 +85,7 @@ def dense_gradients(model: nn.Module, params: Sequence[torch.Tensor], x: torch.T
             w = next(it)
             bias = next(it) if layer.bias is not None else None
             tape.append(("linear", h, w, bias is not None))
-            h = torch.bmm(h, w.transpose(1, 2)) if bias is None else torch.baddbmm(bias.unsqueeze(1), h, w.transpose(1, 2))
+            h = _linear(h, w, bias)
         elif isinstance(layer, nn.ReLU):
             h = layer(h)
             tape.append(("relu", h))
@@ -142,8 +142,7 @@ def forward(model: nn.Module, params: Sequence[torch.Tensor], x: torch.Tensor,
             h = _to_flat(h, kind, m, b)
             kind = "flat"
             w = next(it)
-            bias = next(it) if layer.bias is not None else None
-            h = torch.bmm(h, w.transpose(1, 2)) if bias is None else torch.baddbmm(bias.unsqueeze(1), h, w.transpose(1, 2))
+            h = _linear(h, w, next(it) if layer.bias is not None else None)
         elif isinstance(layer, nn.MaxPool2d):
             h = _max_pool(h, layer)
         elif isinstance(layer, nn.LocalResponseNorm):
@@ -244,6 +243,13 @@ def _max_pool(h: torch.Tensor, layer: nn.MaxPool2d) -> torch.Tensor:
                              torch.maximum(h[..., 1::2, 0::2], h[..., 1::2, 1::2]))
     return F.max_pool2d(h.contiguous(memory_format=_CL), layer.kernel_size, layer.stride, layer.padding,
                         layer.dilation, layer.ceil_mode)
+
+
+def _linear(h: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """m stacked linear layers on (m, b, F): one batched product (with the bias added by it).
+    :func:`forward` and :func:`dense_gradients` share it: the hand-written backward is exact only
+    for these operands in these layouts."""
+    return torch.bmm(h, w.transpose(1, 2)) if bias is None else torch.baddbmm(bias.unsqueeze(1), h, w.transpose(1, 2))
 
 
 def _to_flat(h: torch.Tensor, kind: str, m: int, b: int) -> torch.Tensor:
