@@ -21,6 +21,7 @@ single ``nn.Module`` the very same masks (the reference path of local training).
 """
 from __future__ import annotations
 
+import functools
 import weakref
 from contextlib import contextmanager
 from typing import Iterator, Sequence
@@ -91,9 +92,8 @@ def dense_gradients(model: nn.Module, params: Sequence[torch.Tensor], x: torch.T
             tape.append(("relu", h))
     logits = h.reshape(m * b, -1)
     log_p = torch.log_softmax(logits, 1)
-    root = torch.ones((), dtype=logits.dtype, device=logits.device) / b        # d(Σ CE / b) / d(Σ CE)
-    grad = torch.ops.aten.nll_loss_backward(root, log_p, y.reshape(-1), None, 2, -100,    # 2: reduction "sum"
-                                            torch.ones((), dtype=logits.dtype, device=logits.device))
+    root, total_weight = _loss_roots(b, logits.dtype, logits.device)
+    grad = torch.ops.aten.nll_loss_backward(root, log_p, y.reshape(-1), None, 2, -100, total_weight)  # 2: "sum"
     grad = torch.ops.aten._log_softmax_backward_data(grad, log_p, 1, logits.dtype).reshape(m, b, -1)
     grads: list[torch.Tensor] = []
     for i in range(len(tape) - 1, -1, -1):
@@ -103,11 +103,20 @@ def dense_gradients(model: nn.Module, params: Sequence[torch.Tensor], x: torch.T
             continue
         _, inp, w, has_bias = entry
         if has_bias:
-            grads.insert(0, grad.sum(1, keepdim=True).squeeze(1))
+            grads.insert(0, grad.sum(1))            # the same reduction as sum(1, keepdim=True)
         grads.insert(0, torch.bmm(inp.transpose(1, 2), grad).transpose(1, 2))
         if i > 0:                                       # the input of the first layer needs none
             grad = torch.bmm(grad, w)
     return grads
+
+
+@functools.lru_cache(maxsize=64)
+def _loss_roots(b: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The root gradient d(Σ CE / b) / d(Σ CE) = 1 / b, divided as autograd divides it (a float
+    division of the tensor 1 by b, not 1.0 / b rounded from a double), and nll_loss's total weight
+    1: made once, not twice per step of a tiny model. Read-only."""
+    one = torch.ones((), dtype=dtype, device=device)
+    return one / b, one
 
 
 # One step of an instance draws its masks of dropout layer j (in the model's order) at counter

@@ -213,6 +213,29 @@ def test_batch_plan_is_each_epochs_permutation_cut_into_batches(n, epochs, b):
         plan[len(want)]
 
 
+@pytest.mark.parametrize("block_floats", [1, 7 * 3 * 10 * 4, 2 ** 20])
+def test_fused_batches_are_each_steps_samples_gathered_alone(monkeypatch, block_floats):
+    """The fused loop's batches, gathered in blocks of steps (engine._Gather.batches), are each
+    step's samples and labels as indexing each instance's data by its plan gives them: over two
+    data pools, an offset source, an uneven last batch, an empty plan's neighbours, and blocks of one
+    step, several steps, or all of them."""
+    from fairfl import engine
+    monkeypatch.setattr(engine, "GATHER_FLOATS", block_floats)
+    g = torch.Generator().manual_seed(3)
+    pool_a = (torch.randn(40, 2, 2, generator=g), torch.randint(0, 5, (40,), generator=g))
+    pool_b = (torch.randn(30, 2, 2, generator=g), torch.randint(0, 5, (30,), generator=g))
+    sources = [engine.Source(*pool_a, 0, 23), engine.Source(*pool_a, 17, 23), engine.Source(*pool_b, 5, 23)]
+    local = LocalTraining(epochs=2, batch_size=4)                          # 23 = 5 × 4 + 3: 6 steps an epoch
+    rows = [engine._Row(0, k, src, Stream(0, 1, k), batch_plan(src.size, local, Stream(0, 1, k).generator()))
+            for k, src in enumerate(sources)]
+    got = list(engine._Gather(rows, torch.device("cpu")).batches())
+    assert len(got) == 12
+    for step, (x, y) in enumerate(got):
+        for i, r in enumerate(rows):
+            idx = r.source.start + r.plan[step]
+            assert x[i].is_contiguous() and torch.equal(x[i], r.source.x[idx]) and torch.equal(y[i], r.source.y[idx])
+
+
 def test_client_generator_is_a_function_of_seed_round_client():
     draw = lambda *a: torch.randperm(50, generator=Stream(*a).generator())
     assert torch.equal(draw(0, 1, 2), draw(0, 1, 2))
