@@ -327,6 +327,17 @@ def test_predict_and_mean_losses_in_chunks(fmnist):
     assert torch.isnan(losses[2])
 
 
+@pytest.mark.parametrize("cuts", [(700,), (100, 612, 1024, 1024), (0, 512, 1024), (300, 300, 1099)])
+def test_predict_on_datasets_is_predict_on_their_concatenation(fmnist, cuts):
+    """Several datasets are predicted in the chunks of their concatenation, without building it:
+    the same logits bit for bit, for cuts inside a chunk, on chunk boundaries, and empty datasets."""
+    model = _model("cnn_fmnist", fmnist).eval()
+    x = fmnist.x_test[:1100]
+    bounds = (0, *cuts, len(x))
+    parts = [x[a:b] for a, b in zip(bounds, bounds[1:])]
+    assert torch.equal(predict(model, parts), predict(model, x))
+
+
 class _TwoBranch(torch.nn.Module):
     """Not an ``nn.Sequential`` called ``net``: the batched path must fall back to vmap."""
 
