@@ -88,6 +88,8 @@ def predict(model: nn.Module, x: torch.Tensor | Sequence[torch.Tensor], chunk: i
 
 def _chunked(parts: Sequence[torch.Tensor], chunk: int) -> Iterator[torch.Tensor]:
     """The concatenation of ``parts`` cut into pieces of ``chunk`` rows (the last may be shorter)."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be at least 1 row, got {chunk}")
     pending: list[torch.Tensor] = []
     have = 0
     for part in parts:
@@ -107,7 +109,8 @@ def _chunked(parts: Sequence[torch.Tensor], chunk: int) -> Iterator[torch.Tensor
 @torch.no_grad()
 def mean_losses(model: nn.Module, xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> torch.Tensor:
     """Mean cross-entropy of the model on each of several datasets (eval mode), computed as one
-    concatenated forward pass in chunks. A dataset with no samples gets NaN."""
+    forward pass in the chunks of their concatenation (:func:`predict`). A dataset with no
+    samples gets NaN."""
     was_training = model.training
     model.eval()
     try:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from fairfl import stacked
 from fairfl.errors import ConfigError, TrainingDivergedError
-from fairfl.client import LocalTraining, flat_params, mean_losses, predict, set_flat_params, train_clients
+from fairfl.client import LocalTraining, _chunked, flat_params, mean_losses, predict, set_flat_params, train_clients
 from fairfl.engine import batch_plan
 from fairfl.models import MODELS, build_model
 from fairfl.partition import PartitionSpec, federate
@@ -213,12 +213,12 @@ def test_batch_plan_is_each_epochs_permutation_cut_into_batches(n, epochs, b):
         plan[len(want)]
 
 
-@pytest.mark.parametrize("block_floats", [1, 7 * 3 * 10 * 4, 2 ** 20])
+@pytest.mark.parametrize("block_floats", [1, 2 * 4 * 3 * 4, 2 ** 20])    # a step: 4 samples × 3 rows × 4 floats
 def test_fused_batches_are_each_steps_samples_gathered_alone(monkeypatch, block_floats):
     """The fused loop's batches, gathered in blocks of steps (engine._Gather.batches), are each
     step's samples and labels as indexing each instance's data by its plan gives them: over two
-    data pools, an offset source, an uneven last batch, an empty plan's neighbours, and blocks of one
-    step, several steps, or all of them."""
+    data pools, an offset source, an uneven last batch, and blocks of one step, two steps, or a
+    whole epoch's equal steps."""
     from fairfl import engine
     monkeypatch.setattr(engine, "GATHER_FLOATS", block_floats)
     g = torch.Generator().manual_seed(3)
@@ -234,6 +234,19 @@ def test_fused_batches_are_each_steps_samples_gathered_alone(monkeypatch, block_
         for i, r in enumerate(rows):
             idx = r.source.start + r.plan[step]
             assert x[i].is_contiguous() and torch.equal(x[i], r.source.x[idx]) and torch.equal(y[i], r.source.y[idx])
+
+
+def test_fused_batches_of_an_empty_client_are_one_empty_batch():
+    """A client without samples has one empty batch (batch_plan), which the fused loop gathers as
+    (1, 0, ...) samples and (1, 0) labels; it must not index a sample that is not there."""
+    from fairfl import engine
+    x, y = torch.randn(5, 2, 2), torch.arange(5)
+    empty = engine.Source(x, y, 3, 0)
+    plan = batch_plan(0, LocalTraining(epochs=1, batch_size=4), torch.Generator().manual_seed(0))
+    for pool in ((x, y), (x[:0], y[:0])):
+        src = engine.Source(*pool, 0, 0) if len(pool[1]) == 0 else empty
+        (got_x, got_y), = engine._Gather([engine._Row(0, 0, src, Stream(0, 1, 0), plan)], torch.device("cpu")).batches()
+        assert got_x.shape == (1, 0, 2, 2) and got_y.shape == (1, 0)
 
 
 def test_client_generator_is_a_function_of_seed_round_client():
@@ -327,7 +340,7 @@ def test_predict_and_mean_losses_in_chunks(fmnist):
     assert torch.isnan(losses[2])
 
 
-@pytest.mark.parametrize("cuts", [(700,), (100, 612, 1024, 1024), (0, 512, 1024), (300, 300, 1099)])
+@pytest.mark.parametrize("cuts", [(700,), (100, 612, 1024, 1024), (0, 512, 1024), (300, 300, 1099), (200, 300, 400)])
 def test_predict_on_datasets_is_predict_on_their_concatenation(fmnist, cuts):
     """Several datasets are predicted in the chunks of their concatenation, without building it:
     the same logits bit for bit, for cuts inside a chunk, on chunk boundaries, and empty datasets."""
@@ -335,7 +348,13 @@ def test_predict_on_datasets_is_predict_on_their_concatenation(fmnist, cuts):
     x = fmnist.x_test[:1100]
     bounds = (0, *cuts, len(x))
     parts = [x[a:b] for a, b in zip(bounds, bounds[1:])]
+    pieces = list(_chunked(parts, 512))               # the concatenation's own chunks, whatever the kernels
+    assert [len(p) for p in pieces] == [512, 512, 76]
+    assert all(torch.equal(p, x[i * 512:(i + 1) * 512]) for i, p in enumerate(pieces))
     assert torch.equal(predict(model, parts), predict(model, x))
+    assert predict(model, []).numel() == 0 and predict(model, [x[:0], x[:0]]).numel() == 0
+    with pytest.raises(ValueError, match="chunk"):
+        predict(model, parts, chunk=0)
 
 
 class _TwoBranch(torch.nn.Module):
