@@ -104,10 +104,40 @@ def dense_gradients(model: nn.Module, params: Sequence[torch.Tensor], x: torch.T
         _, inp, w, has_bias = entry
         if has_bias:
             grads.insert(0, grad.sum(1))            # the same reduction as sum(1, keepdim=True)
-        grads.insert(0, torch.bmm(inp.transpose(1, 2), grad).transpose(1, 2))
+        grads.insert(0, _weight_gradient(inp, grad))
         if i > 0:                                       # the input of the first layer needs none
             grad = torch.bmm(grad, w)
     return grads
+
+
+def _weight_gradient(inp: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """(m, out, in): each instance's weight gradient gradᵀ·inp of a linear layer with inputs
+    ``inp`` (m, b, in) and output gradients ``grad`` (m, b, out).
+
+    Autograd computes it as (inpᵀ·grad)ᵀ (baddbmm's ``batch1ᵀ·grad``, then the transpose of
+    ``w.transpose(1, 2)``). Where the product taken the other way round, gradᵀ·inp, rounds the same
+    — the same products summed over the b samples in the same order, which depends on the BLAS
+    kernel the shape selects — it is used instead: for Adult's linear model at b = 10 it costs 7
+    against 36 µs for 21 instances (a quarter of a training step). :func:`_transposed_is_exact`
+    finds out once per shape; the MLPs' shapes (measured) keep autograd's form."""
+    if _transposed_is_exact(inp.shape[1], inp.shape[2], grad.shape[2], inp.dtype, inp.device):
+        return torch.bmm(grad.transpose(1, 2), inp)
+    return torch.bmm(inp.transpose(1, 2), grad).transpose(1, 2)
+
+
+@functools.lru_cache(maxsize=256)
+def _transposed_is_exact(b: int, fan_in: int, fan_out: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether gradᵀ·inp gives (inpᵀ·grad)ᵀ bit for bit at this shape: tried on three random
+    draws (a differing summation order or fused multiply-add would show in some of the b·in·out
+    entries). Kernels are picked by shape and layout, not by the values, so the answer holds for
+    every input of this shape."""
+    g = torch.Generator().manual_seed(b * 7919 + fan_in * 31 + fan_out)
+    for scale in (1.0, 1e-3, 1e4):
+        inp = (torch.randn(2, b, fan_in, generator=g) * scale).to(device=device, dtype=dtype)
+        grad = (torch.randn(2, b, fan_out, generator=g) / b).to(device=device, dtype=dtype)
+        if not torch.equal(torch.bmm(grad.transpose(1, 2), inp), torch.bmm(inp.transpose(1, 2), grad).transpose(1, 2)):
+            return False
+    return True
 
 
 @functools.lru_cache(maxsize=64)
