@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import stacked as stacked_forward
-from .engine import Immediate, Job, Pool, Source, Trained, Trainer
+from .engine import Immediate, Job, Pool, Predict, Source, Trained, Trainer, chunked, predict_one, predict_stack
 from .errors import TrainingDivergedError
 from .messages import ClientUpdates
 from .models import num_tasks, objective_indices, objective_view, shared_mask
@@ -78,32 +78,14 @@ def predict(model: nn.Module, x: torch.Tensor | Sequence[torch.Tensor], chunk: i
     several taken as their concatenation (the clients' datasets), which is never built: a chunk
     inside one of them is a view of it, only a chunk across two is copied. The chunks are those of
     the concatenation either way, so the logits are the same bit for bit."""
-    parts = [x] if isinstance(x, torch.Tensor) else list(x)
-    params = [p.detach().unsqueeze(0) for p in model.parameters()]
-    fast = stacked_forward.supports(model)
-    outs = [stacked_forward.forward(model, params, piece.unsqueeze(0))[0] if fast else model(piece)
-            for piece in _chunked(parts, chunk)]
-    return torch.cat(outs) if outs else torch.empty(0, device=parts[0].device if parts else None)
-
-
-def _chunked(parts: Sequence[torch.Tensor], chunk: int) -> Iterator[torch.Tensor]:
-    """The concatenation of ``parts`` cut into pieces of ``chunk`` rows (the last may be shorter)."""
     if chunk < 1:
         raise ValueError(f"chunk must be at least 1 row, got {chunk}")
-    pending: list[torch.Tensor] = []
-    have = 0
-    for part in parts:
-        i = 0
-        while i < len(part):
-            take = min(chunk - have, len(part) - i)
-            pending.append(part[i:i + take])
-            have += take
-            i += take
-            if have == chunk:
-                yield pending[0] if len(pending) == 1 else torch.cat(pending)
-                pending, have = [], 0
-    if have:
-        yield pending[0] if len(pending) == 1 else torch.cat(pending)
+    parts = [x] if isinstance(x, torch.Tensor) else list(x)
+    if not sum(len(p) for p in parts):
+        return torch.empty(0, device=parts[0].device if parts else None)
+    if not stacked_forward.supports(model):
+        return torch.cat([model(piece) for piece in chunked(parts, chunk)])
+    return predict_stack(model, [p.detach().unsqueeze(0) for p in model.parameters()], parts, chunk)[0]
 
 
 @torch.no_grad()
@@ -114,13 +96,18 @@ def mean_losses(model: nn.Module, xs: Sequence[torch.Tensor], ys: Sequence[torch
     was_training = model.training
     model.eval()
     try:
-        y = torch.cat(list(ys))
-        losses = F.cross_entropy(predict(model, xs), y, reduction="none") if len(y) else torch.empty(0, device=y.device)
-        sizes = [len(v) for v in ys]
-        return torch.stack([s.mean() if len(s) else torch.tensor(float("nan"), device=y.device)
-                            for s in losses.split(sizes)])
+        return losses_of(predict(model, xs), ys)
     finally:
         model.train(was_training)
+
+
+def losses_of(logits: torch.Tensor, ys: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Mean cross-entropy on each of several datasets, from the logits of their concatenation; NaN
+    for a dataset with no samples."""
+    y = torch.cat(list(ys))
+    losses = F.cross_entropy(logits, y, reduction="none") if len(y) else torch.empty(0, device=y.device)
+    return torch.stack([s.mean() if len(s) else torch.tensor(float("nan"), device=y.device)
+                        for s in losses.split([len(v) for v in ys])])
 
 
 def labels_of(y: torch.Tensor, task: int) -> torch.Tensor:
@@ -318,16 +305,24 @@ def evaluate_model(model: nn.Module, data: Sequence[Client], train_losses: torch
                           per_client("client_train_loss"))
     was_training = model.training
     model.eval()
+    try:
+        out = predict(model, [c.x_test for c in data])
+        train = (mean_losses(model, [c.x_train for c in data], [c.y_train for c in data]) if train_losses is None
+                 else train_losses)
+    finally:
+        model.train(was_training)
+    return evaluation_of(out, data, train)
+
+
+def evaluation_of(test_logits: torch.Tensor, data: Sequence[Client], train_losses: torch.Tensor) -> Evaluation:
+    """The Evaluation of a single-task model from its logits on the clients' concatenated test
+    sets and its mean training loss on each client."""
     ys = torch.cat([c.y_test for c in data])
-    out = predict(model, [c.x_test for c in data])
-    losses = F.cross_entropy(out, ys, reduction="none") if len(ys) else torch.empty(0, device=ys.device)
-    correct = (out.argmax(1) == ys).float() if len(ys) else torch.empty(0, device=ys.device)
+    losses = F.cross_entropy(test_logits, ys, reduction="none") if len(ys) else torch.empty(0, device=ys.device)
+    correct = (test_logits.argmax(1) == ys).float() if len(ys) else torch.empty(0, device=ys.device)
     sizes = [len(c.y_test) for c in data]
-    train = (mean_losses(model, [c.x_train for c in data], [c.y_train for c in data]) if train_losses is None
-             else train_losses)
-    model.train(was_training)
-    return Evaluation(_split_means(correct, sizes), _split_means(losses, sizes), float(train.mean()),
-                      [float(v) for v in train])
+    return Evaluation(_split_means(correct, sizes), _split_means(losses, sizes), float(train_losses.mean()),
+                      [float(v) for v in train_losses])
 
 
 def _task_client(c: Client, task: int) -> Client:
@@ -430,20 +425,33 @@ class ClientRuntime:
         hit = self._losses.get(key)
         if hit is not None and hit[0].dtype == params.dtype and torch.equal(hit[0], params.cpu()):
             return hit[1].clone()
-        set_flat_params(self.model, params.to(self.device))
-        out = objective_losses(self.model, [self.data[k].x_train for k in ids],
-                               [self.data[k].y_train for k in ids]).cpu()
+        xs, ys = [self.data[k].x_train for k in ids], [self.data[k].y_train for k in ids]
+        if self.num_objectives == 1:
+            out = losses_of(self.predict(params, xs), ys).cpu()
+        else:
+            set_flat_params(self.model, params.to(self.device))
+            out = objective_losses(self.model, xs, ys).cpu()
         if len(self._losses) >= 4:
             self._losses.pop(next(iter(self._losses)))
         self._losses.pop(key, None)
         self._losses[key] = (params.detach().cpu().clone(), out.clone())
         return out
 
+    def predict(self, params: torch.Tensor, xs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Logits (on the run's device) of the single-task model at ``params``, eval mode, on the
+        concatenation of ``xs`` (:func:`predict`). A small dense model's go through the trainer:
+        the runs of a lockstep group that predict on the same data at once share one stacked
+        forward pass (``fairfl.engine.Predict``)."""
+        job = Predict(self.model, params.to(self.device), tuple(xs))
+        return self.trainer(job) if job.stackable else predict_one(job)
+
     def evaluate(self, params: torch.Tensor) -> Evaluation:
         """Every client evaluated at the global model ``params``."""
-        train = self.losses(params, range(self.num_clients)) if self.num_objectives == 1 else None
+        if self.num_objectives == 1:
+            train = self.losses(params, range(self.num_clients))
+            return evaluation_of(self.predict(params, [c.x_test for c in self.data]), self.data, train)
         set_flat_params(self.model, params.to(self.device))
-        return evaluate_model(self.model, self.data, train)
+        return evaluate_model(self.model, self.data)
 
     def evaluate_each(self, params: Sequence[torch.Tensor]) -> Evaluation:
         """Client k evaluated at its own model ``params[k]`` (a personalised algorithm)."""

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from fairfl import stacked
 from fairfl.errors import ConfigError, TrainingDivergedError
-from fairfl.client import LocalTraining, _chunked, flat_params, mean_losses, predict, set_flat_params, train_clients
-from fairfl.engine import batch_plan
+from fairfl.client import LocalTraining, flat_params, mean_losses, predict, set_flat_params, train_clients
+from fairfl.engine import batch_plan, chunked
 from fairfl.models import MODELS, build_model
 from fairfl.partition import PartitionSpec, federate
 from fairfl.seeding import Stream
@@ -348,7 +348,7 @@ def test_predict_on_datasets_is_predict_on_their_concatenation(fmnist, cuts):
     x = fmnist.x_test[:1100]
     bounds = (0, *cuts, len(x))
     parts = [x[a:b] for a, b in zip(bounds, bounds[1:])]
-    pieces = list(_chunked(parts, 512))               # the concatenation's own chunks, whatever the kernels
+    pieces = list(chunked(parts, 512))               # the concatenation's own chunks, whatever the kernels
     assert [len(p) for p in pieces] == [512, 512, 76]
     assert all(torch.equal(p, x[i * 512:(i + 1) * 512]) for i, p in enumerate(pieces))
     assert torch.equal(predict(model, parts), predict(model, x))

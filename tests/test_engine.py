@@ -256,3 +256,53 @@ def test_a_run_whose_partners_finish_first_gives_its_result_alone(fmnist):
         assert state(grouped[1]) == state(simulate(short, progress=False)), short.model
     # both ways were taken: a copy for the CNN (and the LeNet), none for the MLP, on this machine
     assert set(engine._ALONE_EXACT.values()) == {True, False}, engine._ALONE_EXACT
+
+
+# ----------------------------------------------------------------------------- predictions
+
+@pytest.mark.parametrize("name", ["logreg", "mlp2", "cnn_fmnist"])
+def test_predictions_of_several_models_on_the_same_data_are_each_models_own(fmnist, name):
+    """Predict jobs on the same inputs (the losses and evaluations of a lockstep group) give each
+    model the logits it gets alone bit for bit: stacked for a small dense model (where it pays and
+    is exact), one model at a time for the MLP and the CNN (where a stack is slower)."""
+    from fairfl.client import flat_params, predict
+    engine._PREDICT_EXACT.clear()
+    x = fmnist.x_test[:1100].reshape(1100, -1) if name == "logreg" else fmnist.x_test[:1100]
+    parts = (x[:300], x[300:1099], x[1099:])                    # chunks across parts, a last short one
+    models = [build_model(name, tuple(x.shape[1:]), 10, seed=s) for s in range(3)]
+    jobs = [engine.Predict(models[0], flat_params(m), parts) for m in models]
+    stacked_calls = []
+    real = engine.predict_stack
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "predict_stack", lambda model, params, *a: stacked_calls.append(len(params[0])) or real(model, params, *a))
+        got = engine.execute(jobs)
+    for model, logits in zip(models, got):
+        assert torch.equal(logits, predict(model.eval(), list(parts))), name
+    assert not torch.equal(got[0], got[1])
+    if name == "logreg":
+        assert 3 in stacked_calls and engine._PREDICT_EXACT and all(engine._PREDICT_EXACT.values())
+    else:                                # too large to gain from a stack: one model at a time
+        assert max(stacked_calls) == 1 and not engine._PREDICT_EXACT
+
+
+@pytest.mark.slow
+def test_runs_that_predict_between_rounds_still_train_together(fairfl_env):
+    """AFL asks for its clients' losses before each round, FedAvg does not: the predictions are
+    executed first, and every round's training is still one fused execution of every run."""
+    base = ADULT.replace(rounds=3, eval_every=3)        # AFL's losses are not those of an evaluation just made
+    configs = [base.replace(algorithm=AFL(lr_lambda=0.5)), base.replace(algorithm=FedAvg()),
+               base.replace(algorithm=AFL(lr_lambda=0.5), seed=1)]
+    flushes = []
+    real = engine.execute
+
+    def recording(jobs):
+        flushes.append(sorted(type(j).__name__ for j in jobs))
+        return real(jobs)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "execute", recording)
+        group = simulate_group(configs, progress=False)
+    training = [f for f in flushes if "Job" in f]
+    assert training == [["Job"] * 3] * 3, flushes                 # one per round, all three runs, nothing else
+    assert ["Predict"] * 2 in flushes and ["Predict"] * 3 in flushes, flushes   # AFL's losses; the evaluations
+    for c, h in zip(configs, group):
+        assert state(h) == state(simulate(c, progress=False)), c.algorithm
