@@ -768,32 +768,42 @@ def _sgd_stack(model, names, w, centre, gather: _Gather, steps: int, keys: torch
     # each instance's hyper-parameters shaped once per parameter tensor, not once per step
     lr, momentum, decay = ([_view(hyper[h], t) for t in w] for h in ("lr", "momentum", "weight_decay"))
     model.train()
-    by_hand = stacked_forward.dense(model) and not cfg.prox_mu       # the same gradients, less per-step overhead
+
+    def update(step: int, leaves: list[torch.Tensor], grads) -> list[torch.Tensor]:
+        new_w = []
+        for i, (t, g) in enumerate(zip(leaves, grads)):
+            if acc is not None:
+                acc[i].add_(g)
+            if decay is not None:
+                g = g + decay[i] * t
+            if bufs is not None:
+                bufs[i] = g.clone() if step == 0 else bufs[i].mul_(momentum[i]).add_(g)
+                g = bufs[i]
+            new_w.append(t - lr[i] * g)
+        return new_w
+
+    decay = decay if cfg.weight_decay else None
+    if stacked_forward.dense(model) and not cfg.prox_mu:
+        # the same gradients by hand (stacked.dense_gradients): no autograd anywhere in the loop, which
+        # tiny models pay per step (Adult's linear model: the grad-mode switches alone were ~4 µs of ~85)
+        with torch.no_grad():
+            for step, (x, y) in zip(range(steps), gather.batches()):
+                grads = stacked_forward.dense_gradients(model, w, x, y)
+                if first_gradient and step == 0:
+                    first = grads
+                w = update(step, w, grads)
+        return w, acc, first
     for step, (x, y) in zip(range(steps), gather.batches()):
-        if by_hand:
-            leaves = w
-            grads = stacked_forward.dense_gradients(model, leaves, x, y)
-        else:
-            leaves = [t.requires_grad_() for t in w]
-            loss = _stacked_losses(model, names, leaves, x, y, (keys, step), reduction="total")
-            if cfg.prox_mu:     # (μₖ/2)·‖wₖ − centreₖ‖² for every instance k
-                per = sum(((t - g) ** 2).reshape(len(t), -1).sum(1) for t, g in zip(leaves, centre))
-                loss = loss + (hyper["half_mu"] * per).sum()
-            grads = torch.autograd.grad(loss, leaves)
+        leaves = [t.requires_grad_() for t in w]
+        loss = _stacked_losses(model, names, leaves, x, y, (keys, step), reduction="total")
+        if cfg.prox_mu:     # (μₖ/2)·‖wₖ − centreₖ‖² for every instance k
+            per = sum(((t - g) ** 2).reshape(len(t), -1).sum(1) for t, g in zip(leaves, centre))
+            loss = loss + (hyper["half_mu"] * per).sum()
+        grads = torch.autograd.grad(loss, leaves)
         if first_gradient and step == 0:
             first = grads
         with torch.no_grad():
-            new_w = []
-            for i, (t, g) in enumerate(zip(leaves, grads)):
-                if acc is not None:
-                    acc[i].add_(g)
-                if cfg.weight_decay:
-                    g = g + decay[i] * t
-                if bufs is not None:
-                    bufs[i] = g.clone() if step == 0 else bufs[i].mul_(momentum[i]).add_(g)
-                    g = bufs[i]
-                new_w.append(t.detach() - lr[i] * g)
-        w = new_w
+            w = update(step, [t.detach() for t in leaves], grads)
     return w, acc, first
 
 

@@ -81,33 +81,51 @@ def dense_gradients(model: nn.Module, params: Sequence[torch.Tensor], x: torch.T
     it = iter(params)
     h = x.reshape(m, b, -1)                            # Flatten of the input, as _to_flat does
     tape: list[tuple] = []
-    for layer in model.net:
-        if isinstance(layer, nn.Linear):
+    for layer, has_bias in _dense_layers(model):
+        if layer is None:
             w = next(it)
-            bias = next(it) if layer.bias is not None else None
-            tape.append(("linear", h, w, bias is not None))
+            bias = next(it) if has_bias else None
+            tape.append((h, w, has_bias))
             h = _linear(h, w, bias)
-        elif isinstance(layer, nn.ReLU):
+        else:
             h = layer(h)
-            tape.append(("relu", h))
+            tape.append((h, None, False))
     logits = h.reshape(m * b, -1)
     log_p = torch.log_softmax(logits, 1)
     root, total_weight = _loss_roots(b, logits.dtype, logits.device)
-    grad = torch.ops.aten.nll_loss_backward(root, log_p, y.reshape(-1), None, 2, -100, total_weight)  # 2: "sum"
-    grad = torch.ops.aten._log_softmax_backward_data(grad, log_p, 1, logits.dtype).reshape(m, b, -1)
+    grad = _NLL_BACKWARD(root, log_p, y.reshape(-1), None, 2, -100, total_weight)  # 2: "sum"
+    grad = _LOG_SOFTMAX_BACKWARD(grad, log_p, 1, logits.dtype).reshape(m, b, -1)
     grads: list[torch.Tensor] = []
     for i in range(len(tape) - 1, -1, -1):
-        entry = tape[i]
-        if entry[0] == "relu":
-            grad = torch.ops.aten.threshold_backward(grad, entry[1], 0)
+        inp, w, has_bias = tape[i]
+        if w is None:                                   # a ReLU, its output on the tape
+            grad = _THRESHOLD_BACKWARD(grad, inp, 0)
             continue
-        _, inp, w, has_bias = entry
         if has_bias:
             grads.insert(0, grad.sum(1))            # the same reduction as sum(1, keepdim=True)
         grads.insert(0, _weight_gradient(inp, grad))
         if i > 0:                                       # the input of the first layer needs none
             grad = torch.bmm(grad, w)
     return grads
+
+
+# The backward kernels autograd calls, resolved once (an operator packet resolves its overload per call).
+_NLL_BACKWARD = torch.ops.aten.nll_loss_backward.default
+_LOG_SOFTMAX_BACKWARD = torch.ops.aten._log_softmax_backward_data.default
+_THRESHOLD_BACKWARD = torch.ops.aten.threshold_backward.default
+
+_DENSE_LAYERS: "weakref.WeakKeyDictionary[nn.Module, list]" = weakref.WeakKeyDictionary()
+
+
+def _dense_layers(model: nn.Module) -> list[tuple[nn.Module | None, bool]]:
+    """A :func:`dense` model's layers as its backward walks them: (None, has_bias) for a Linear,
+    (the layer, False) for a ReLU; Flatten and Identity need nothing. Made once per model."""
+    known = _DENSE_LAYERS.get(model)
+    if known is None:
+        known = [(None, layer.bias is not None) if isinstance(layer, nn.Linear) else (layer, False)
+                 for layer in model.net if isinstance(layer, (nn.Linear, nn.ReLU))]
+        _DENSE_LAYERS[model] = known
+    return known
 
 
 def _weight_gradient(inp: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
