@@ -18,7 +18,7 @@ run's device and hands back CPU tensors, so that server rules never meet a devic
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch

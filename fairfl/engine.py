@@ -355,15 +355,19 @@ def _stacks_predictions(jobs: Sequence[Predict]) -> bool:
     if len(jobs) < 2 or not jobs[0].stackable:
         return False
     template = list(model.parameters())
-    firsts: dict[tuple, torch.Tensor] = {}
-    for piece in chunked(jobs[0].inputs, jobs[0].chunk):
-        firsts.setdefault(tuple(piece.shape), piece)
+    parts, chunk = jobs[0].inputs, jobs[0].chunk
+    n = sum(len(p) for p in parts)
+    if n == 0:
+        return False
+    pieces = [_rows(parts, 0, min(chunk, n))]               # the first full chunk, and a shorter last one
+    if n > chunk and n % chunk:
+        pieces.append(_rows(parts, n - n % chunk, n))
     for lo in range(0, len(jobs), PREDICT_STACK):
         members = jobs[lo:lo + PREDICT_STACK]
         if len(members) < 2:
             continue
-        for shape, piece in firsts.items():
-            key = (_signature(model), shape, len(members), piece.dtype, str(piece.device))
+        for piece in pieces:
+            key = (_signature(model), tuple(piece.shape), len(members), piece.dtype, str(piece.device))
             if key not in _PREDICT_EXACT:
                 stack = predict_stack(model, _unflatten(torch.stack([j.params for j in members]), template), [piece])
                 _PREDICT_EXACT[key] = all(
@@ -372,6 +376,17 @@ def _stacks_predictions(jobs: Sequence[Predict]) -> bool:
             if not _PREDICT_EXACT[key]:
                 return False
     return True
+
+
+def _rows(parts: Sequence[torch.Tensor], lo: int, hi: int) -> torch.Tensor:
+    """Rows lo:hi of the concatenation of ``parts`` (a chunk as :func:`chunked` cuts it)."""
+    pieces, start = [], 0
+    for part in parts:
+        a, b = max(lo - start, 0), min(hi - start, len(part))
+        if a < b:
+            pieces.append(part[a:b])
+        start += len(part)
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
 
 def _predict_jobs(jobs: Sequence[Predict]) -> list[torch.Tensor]:

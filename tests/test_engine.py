@@ -283,6 +283,8 @@ def test_predictions_of_several_models_on_the_same_data_are_each_models_own(fmni
         assert 3 in stacked_calls and engine._PREDICT_EXACT and all(engine._PREDICT_EXACT.values())
     else:                                # too large to gain from a stack: one model at a time
         assert max(stacked_calls) == 1 and not engine._PREDICT_EXACT
+    empty = engine.execute([engine.Predict(models[0], flat_params(m), (x[:0], x[:0])) for m in models])
+    assert all(isinstance(e, torch.Tensor) and e.numel() == 0 for e in empty), empty
 
 
 @pytest.mark.slow
