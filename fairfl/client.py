@@ -292,11 +292,10 @@ def _split_means(values: torch.Tensor, sizes: list[int]) -> list[float]:
 
 
 @torch.no_grad()
-def evaluate_model(model: nn.Module, data: Sequence[Client], train_losses: torch.Tensor | None = None) -> Evaluation:
+def evaluate_model(model: nn.Module, data: Sequence[Client]) -> Evaluation:
     """Every client's test accuracy and loss, and the uniformly averaged training loss over all
     clients, at the model's current parameters in eval mode; per objective for a multi-task
-    model (its objectives' views). ``train_losses``: the clients' mean training losses at these
-    parameters when already known (:meth:`ClientRuntime.losses`), else computed here."""
+    model (its objectives' views)."""
     if num_tasks(model) > 1:
         parts = [evaluate_model(objective_view(model, s), [_task_client(c, s) for c in data])
                  for s in range(num_tasks(model))]
@@ -307,8 +306,7 @@ def evaluate_model(model: nn.Module, data: Sequence[Client], train_losses: torch
     model.eval()
     try:
         out = predict(model, [c.x_test for c in data])
-        train = (mean_losses(model, [c.x_train for c in data], [c.y_train for c in data]) if train_losses is None
-                 else train_losses)
+        train = mean_losses(model, [c.x_train for c in data], [c.y_train for c in data])
     finally:
         model.train(was_training)
     return evaluation_of(out, data, train)
@@ -442,7 +440,7 @@ class ClientRuntime:
         concatenation of ``xs`` (:func:`predict`). A small dense model's go through the trainer:
         the runs of a lockstep group that predict on the same data at once share one stacked
         forward pass (``fairfl.engine.Predict``)."""
-        job = Predict(self.model, params.to(self.device), tuple(xs))
+        job = Predict(self.model, params.to(device=self.device, dtype=next(self.model.parameters()).dtype), tuple(xs))
         return self.trainer(job) if job.stackable else predict_one(job)
 
     def evaluate(self, params: torch.Tensor) -> Evaluation:

@@ -199,7 +199,7 @@ class Job:
 class Predict:
     """One call's predictions: the logits of the model at ``params`` (flat, ``parameters()``
     order), in eval mode, on the concatenation of ``inputs`` (the clients' datasets), cut into
-    chunks of ``chunk`` rows (:func:`predict`). ``model`` is only a template of the architecture.
+    chunks of ``chunk`` rows (``fairfl.client.predict``). ``model`` is only a template of the architecture.
     Runs that ask for predictions on the same inputs at once (the losses and evaluations of a
     lockstep group, all on one partition) share one stacked forward pass per chunk."""
 
@@ -349,8 +349,8 @@ def _stacks_predictions(jobs: Sequence[Predict]) -> bool:
     """Whether these jobs' predictions are stacked: a small dense model (where stacking pays), and
     every instance's logits the same bits in this stack as alone, for every chunk shape of the
     inputs (the full chunks and the last one) — found out once per process, chunk shape and stack
-    size, on the first chunk of that shape, for the stack's first and last instance. Kernels are
-    picked by shape, not by the values, so the answer holds for every chunk of that shape."""
+    size, on the first chunk of that shape, for every instance of the stack. Kernels are picked by
+    shape, not by the values, so the answer holds for every chunk of that shape."""
     model = jobs[0].model
     if len(jobs) < 2 or not jobs[0].stackable:
         return False
@@ -369,10 +369,11 @@ def _stacks_predictions(jobs: Sequence[Predict]) -> bool:
         for piece in pieces:
             key = (_signature(model), tuple(piece.shape), len(members), piece.dtype, str(piece.device))
             if key not in _PREDICT_EXACT:
-                stack = predict_stack(model, _unflatten(torch.stack([j.params for j in members]), template), [piece])
+                rows = len(piece)
+                stack = predict_stack(model, _unflatten(torch.stack([j.params for j in members]), template), [piece], rows)
                 _PREDICT_EXACT[key] = all(
-                    torch.equal(stack[i], predict_stack(model, _unflatten(members[i].params[None], template), [piece])[0])
-                    for i in (0, len(members) - 1))
+                    torch.equal(stack[i], predict_stack(model, _unflatten(j.params[None], template), [piece], rows)[0])
+                    for i, j in enumerate(members))
             if not _PREDICT_EXACT[key]:
                 return False
     return True
@@ -398,13 +399,14 @@ def _predict_jobs(jobs: Sequence[Predict]) -> list[torch.Tensor]:
     model.eval()
     try:
         if not _stacks_predictions(jobs):
-            return [predict_one(job) for job in jobs]
+            return [_guard(predict_one, job) for job in jobs]       # one run's failure is its own
         template = list(model.parameters())
         out = []
         for lo in range(0, len(jobs), PREDICT_STACK):
             members = jobs[lo:lo + PREDICT_STACK]
             stacked = torch.stack([j.params for j in members])
-            out += list(predict_stack(model, _unflatten(stacked, template), first.inputs, first.chunk).unbind(0))
+            logits = predict_stack(model, _unflatten(stacked, template), first.inputs, first.chunk)
+            out += [t.clone() for t in logits.unbind(0)]        # each run's own tensor, not a view of the stack's
         return out
     finally:
         model.train(was_training)
@@ -782,6 +784,7 @@ def _sgd_stack(model, names, w, centre, gather: _Gather, steps: int, keys: torch
     first = None
     # each instance's hyper-parameters shaped once per parameter tensor, not once per step
     lr, momentum, decay = ([_view(hyper[h], t) for t in w] for h in ("lr", "momentum", "weight_decay"))
+    decay = decay if cfg.weight_decay else None
     model.train()
 
     def update(step: int, leaves: list[torch.Tensor], grads) -> list[torch.Tensor]:
@@ -797,7 +800,6 @@ def _sgd_stack(model, names, w, centre, gather: _Gather, steps: int, keys: torch
             new_w.append(t - lr[i] * g)
         return new_w
 
-    decay = decay if cfg.weight_decay else None
     if stacked_forward.dense(model) and not cfg.prox_mu:
         # the same gradients by hand (stacked.dense_gradients): no autograd anywhere in the loop, which
         # tiny models pay per step (Adult's linear model: the grad-mode switches alone were ~4 µs of ~85)
@@ -932,8 +934,11 @@ class Lockstep:
     def _run(self, batch: list[tuple[int, Job | Predict, dict]]) -> None:
         if not batch:
             return
-        with self._turns:
-            results = execute([job for _, job, _ in batch])
+        try:
+            with self._turns:
+                results = execute([job for _, job, _ in batch])
+        except BaseException as e:  # noqa: BLE001 - every run of the batch must wake up, with the error
+            results = [e] * len(batch)
         with self._cond:
             self.flushes += 1
             for (_, _, slot), result in zip(batch, results):

@@ -421,7 +421,7 @@ def simulate_group(configs: Sequence[ExperimentConfig], checkpoint_dirs: Sequenc
                 t.join(0.2)
             if bar is not None:
                 bar.update(1)
-    except BaseException as e:     # KeyboardInterrupt: every run stops at its next local training
+    except BaseException as e:     # KeyboardInterrupt: every run stops at its next local training (or stacked prediction)
         lockstep.abort(e if isinstance(e, Exception) else RunInterrupted("interrupted"))
         for t in threads:
             t.join()

@@ -308,3 +308,21 @@ def test_runs_that_predict_between_rounds_still_train_together(fairfl_env):
     assert ["Predict"] * 2 in flushes and ["Predict"] * 3 in flushes, flushes   # AFL's losses; the evaluations
     for c, h in zip(configs, group):
         assert state(h) == state(simulate(c, progress=False)), c.algorithm
+
+
+def test_an_error_of_the_engine_itself_reaches_every_run_of_its_batch(fmnist, monkeypatch):
+    """An exception raised by the execution of a batch (not by one job) wakes every run that
+    waited for it, with that exception: none waits forever."""
+    import threading
+
+    def broken(jobs):
+        raise RuntimeError("the engine broke")
+    monkeypatch.setattr(engine, "execute", broken)
+    out: dict = {}
+    configs = [MLP.replace(algorithm=FedAvg(), rounds=1), MLP.replace(algorithm=FedAvg(), rounds=1, seed=1)]
+    worker = threading.Thread(target=lambda: out.update(results=simulate_group(configs, progress=False)), daemon=True)
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive(), "a run waited forever for a batch whose execution failed"
+    assert [type(r).__name__ for r in out["results"]] == ["RuntimeError"] * 2, out
+    assert all("the engine broke" in str(r) for r in out["results"])
