@@ -359,20 +359,21 @@ def _stacks_predictions(jobs: Sequence[Predict]) -> bool:
     n = sum(len(p) for p in parts)
     if n == 0:
         return False
-    pieces = [_rows(parts, 0, min(chunk, n))]               # the first full chunk, and a shorter last one
+    spans = [(0, min(chunk, n))]                              # the first full chunk, and a shorter last one
     if n > chunk and n % chunk:
-        pieces.append(_rows(parts, n - n % chunk, n))
+        spans.append((n - n % chunk, n))
+    first = parts[0]
     for lo in range(0, len(jobs), PREDICT_STACK):
         members = jobs[lo:lo + PREDICT_STACK]
         if len(members) < 2:
             continue
-        for piece in pieces:
-            key = (_signature(model), tuple(piece.shape), len(members), piece.dtype, str(piece.device))
-            if key not in _PREDICT_EXACT:
-                rows = len(piece)
-                stack = predict_stack(model, _unflatten(torch.stack([j.params for j in members]), template), [piece], rows)
+        for a, b in spans:
+            key = (_signature(model), (b - a, *first.shape[1:]), len(members), first.dtype, str(first.device))
+            if key not in _PREDICT_EXACT:          # only then is the chunk cut (a copy across two datasets)
+                piece = _rows(parts, a, b)
+                stack = predict_stack(model, _unflatten(torch.stack([j.params for j in members]), template), [piece], b - a)
                 _PREDICT_EXACT[key] = all(
-                    torch.equal(stack[i], predict_stack(model, _unflatten(j.params[None], template), [piece], rows)[0])
+                    torch.equal(stack[i], predict_stack(model, _unflatten(j.params[None], template), [piece], b - a)[0])
                     for i, j in enumerate(members))
             if not _PREDICT_EXACT[key]:
                 return False
