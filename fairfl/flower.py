@@ -50,6 +50,7 @@ from .attacks import make_attack
 from .client import ClientRuntime, Evaluation, LocalTraining, evaluate_model, flat_params, merge_evaluations, \
     set_flat_params
 from .config import ExperimentConfig
+from .engine import resolve_device
 from .errors import ConfigError, RunFailedError, TrainingDivergedError
 from .loop import History, federated_data, run_threads
 from .messages import ClientUpdates
@@ -539,6 +540,11 @@ def run_simulation(*configs: ExperimentConfig, num_cpus: int | None = None, clie
     first = configs[0]
     for c in configs:
         c.validate()
+        if resolve_device(c.device).type != "cpu":
+            # Flower's Ray backend hides every GPU from a node that asks for none, and nodes that
+            # share GPUs by fractions are not what this path was built or tested for
+            raise ConfigError(f"{c.label()}: device={c.device!r}, but the Flower simulation trains on the CPU; run "
+                              f"it with device='cpu', or on a GPU with fairfl.simulate / fairfl.sweep")
         if c.partition.federation_size != first.partition.federation_size:
             raise ConfigError(f"one Flower simulation has one node per client: every config needs the same number "
                               f"of clients ({first.label()}: {first.partition.federation_size}, "

@@ -381,9 +381,13 @@ def simulate_group(configs: Sequence[ExperimentConfig], checkpoint_dirs: Sequenc
     as run i ends (to store it before the others finish). Returns each run's History, or the
     exception that stopped it; a failed run does not stop the others. The calling thread only
     waits (an interrupt stops every run at its last checkpoint)."""
+    devices = []
     for c in configs:
         c.validate()
-        resolve_device(c.device)
+        devices.append(resolve_device(c.device))
+    # The current CUDA device is a thread's own, and a new thread starts on GPU 0: the runs'
+    # threads take the caller's, so that "cuda" is the GPU a worker was given (ProcessBackend(gpus=...))
+    gpu = torch.cuda.current_device() if any(d.type == "cuda" for d in devices) else None
     dirs = list(checkpoint_dirs) if checkpoint_dirs is not None else [None] * len(configs)
     if len(configs) == 1:     # nothing to fuse with: no thread
         try:
@@ -399,6 +403,8 @@ def simulate_group(configs: Sequence[ExperimentConfig], checkpoint_dirs: Sequenc
     def one(i: int) -> None:
         lockstep.bind(i)
         try:
+            if gpu is not None:
+                torch.cuda.set_device(gpu)
             with run_threads(), lockstep.turn():    # torch's thread count is per thread: set in each
                 results[i] = _simulate(configs[i], dirs[i], False, None, stop_after, lockstep)
             if on_done is not None:

@@ -79,7 +79,8 @@ _M31 = 0x7FFFFFFF
 _MULT = 0x45D9F3B        # odd multiplier of a 32-bit integer hash (two multiply–xorshift rounds)
 
 
-def _mix(h: torch.Tensor) -> torch.Tensor:
+def _mix(h):
+    """The hash of an int64 tensor, elementwise, or of a Python int (the same arithmetic)."""
     h = h ^ (h >> 16)
     h = (h * _MULT) & _M31
     h = h ^ (h >> 16)
@@ -95,7 +96,9 @@ def keep_mask(keys: torch.Tensor, counter: int, shape: tuple[int, ...], p: float
     if numel >= 2 ** 31:
         raise ValueError(f"a dropout layer of {numel} elements per instance is beyond the mask's index range")
     keys = keys.to(torch.int64)
-    base = _mix((keys + _mix(torch.tensor(counter & _M31, dtype=torch.int64, device=keys.device))) & _M31)
+    # the counter is hashed as a Python int: the same value as an int64 tensor's hash (no product
+    # reaches 2^63), with no tensor to copy to a GPU at every dropout layer of every step
+    base = _mix((keys + _mix(counter & _M31)) & _M31)
     idx = torch.arange(numel, dtype=torch.int64, device=keys.device)
     h = _mix((base[:, None] + idx) & _M31)
     return (h < int((1.0 - p) * 2 ** 31)).reshape(len(keys), *shape)

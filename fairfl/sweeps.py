@@ -311,7 +311,7 @@ class RayBackend(_Closing):
             raise ConfigError(f"RayBackend(retries={retries!r}): the number of retries cannot be negative")
         self.init_options = init_options
         self._started = False       # this backend called ray.init, so close() calls ray.shutdown
-        self._remote: dict[Callable, Any] = {}
+        self._remote: dict[tuple[Callable, bool], Any] = {}
 
     def _ray(self):
         import ray
@@ -340,16 +340,19 @@ class RayBackend(_Closing):
     def submit_all(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
         ray = self._ray()
         from ray.exceptions import RayError, RayTaskError
-        remote = self._remote.get(fn)
-        if remote is None:
-            remote = self._remote[fn] = ray.remote(fn)
         pending = {}
         for i, item in enumerate(items):
             gpu = getattr(item, "device_type", "cpu") == "cuda"
+            # A GPU task's worker must not take another task: once CUDA has started, the process
+            # keeps the GPU it was first given (and its memory). Ray makes such a function's
+            # workers single-use only when num_gpus is given to ray.remote itself (.options()
+            # cannot set max_calls), so GPU tasks have their own remote function.
+            remote = self._remote.get((fn, gpu))
+            if remote is None:
+                remote = self._remote[fn, gpu] = ray.remote(num_gpus=1)(fn) if gpu else ray.remote(fn)
             # max_retries: Ray sends a task again when its worker dies or its node leaves (not when
             # it raises: a run's own error is reported, not retried)
-            ref = remote.options(num_cpus=1, num_gpus=1 if gpu else 0, max_retries=self.retries,
-                                 retry_exceptions=False).remote(item)
+            ref = remote.options(num_cpus=1, max_retries=self.retries, retry_exceptions=False).remote(item)
             pending[ref] = i
         try:
             while pending:

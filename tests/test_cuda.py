@@ -1,8 +1,9 @@
 """The engine on a CUDA device (skipped on machines without one, CI included): a run of every
 algorithm family on the GPU agrees with the CPU run to float tolerance (the device's type is in
 the cache key because the summation orders differ), a lockstep group on the GPU is deterministic
-and agrees with its runs alone, dropout masks are the same on both devices (integer hashing), and
-checkpoints hold CPU tensors."""
+and agrees with its runs alone, stacked predictions agree with the CPU's, dropout masks are the
+same on both devices (integer hashing), checkpoints hold CPU tensors, the GPU computes in full
+float32 with deterministic kernels, and a group's threads train on the caller's GPU (two GPUs)."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,13 +12,23 @@ import torch
 
 from fairfl.algorithms.dqnfed import DQNFed
 from fairfl.algorithms.fedavg import FedAvg
+from fairfl.algorithms.afl import AFL
 from fairfl.algorithms.fedmgda import FedMGDAPlus
+from fairfl.engine import resolve_device
 from fairfl.loop import CHECKPOINT, simulate, simulate_group
 from fairfl.seeding import Stream, keep_mask
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 
-from test_engine import CNN, GROUP, MLP, state  # noqa: E402  (the engine tests' small configs)
+from test_engine import ADULT, CNN, GROUP, MLP, state  # noqa: E402  (the engine tests' small configs)
+
+
+def test_a_cuda_device_computes_in_full_float32_and_deterministically():
+    resolve_device("cuda")
+    assert torch.backends.cuda.matmul.fp32_precision == "ieee"
+    assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+    assert torch.backends.cudnn.rnn.fp32_precision == "ieee"
+    assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
 
 
 def test_dropout_masks_are_the_same_on_cpu_and_gpu():
@@ -53,11 +64,48 @@ def test_a_group_on_the_gpu_is_deterministic_and_agrees_with_its_runs_alone(fmni
     for d in dirs:                           # checkpoints are written as CPU tensors
         blob = torch.load(d / CHECKPOINT, weights_only=True)
         assert all(t.device.type == "cpu" for t in tensors(blob)), d
-    together = simulate_group(configs, dirs, progress=False)      # resumed from them
-    again = simulate_group(configs, progress=False)
+    together = ran(simulate_group(configs, dirs, progress=False))      # resumed from them
+    again = ran(simulate_group(configs, progress=False))
     assert [state(h) for h in together] == [state(h) for h in again]
     for h, a in zip(together, alone):
         np.testing.assert_allclose(h.train_losses(), a.train_losses(), rtol=1e-4, atol=1e-6)
+
+
+def test_stacked_predictions_on_the_gpu_agree_with_the_cpu():
+    # two Adult runs in one group: their losses and evaluations are one stacked forward pass of
+    # the small linear model per chunk (engine.Predict), on the GPU as on the CPU
+    configs = [ADULT.replace(algorithm=AFL(lr_lambda=0.5)), ADULT.replace(algorithm=FedAvg(), seed=1)]
+    cpu = ran(simulate_group(configs, progress=False))
+    gpu = ran(simulate_group([c.replace(device="cuda") for c in configs], progress=False))
+    for g, c in zip(gpu, cpu):
+        np.testing.assert_allclose(g.train_losses(), c.train_losses(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(g.test_loss), np.asarray(c.test_loss), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(g.mean_acc(), c.mean_acc(), atol=0.01)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_a_group_trains_on_the_callers_current_gpu(fmnist):
+    # a worker of ProcessBackend(gpus=n) is given its GPU by torch.cuda.set_device; the group's
+    # runs train in threads of their own, and a new thread starts on GPU 0
+    configs = [CNN.replace(algorithm=FedAvg(), device="cuda"), CNN.replace(algorithm=FedAvg(), device="cuda", seed=1)]
+    before = torch.cuda.current_device()
+    torch.cuda.set_device(1)
+    try:
+        torch.cuda.reset_peak_memory_stats(0)
+        torch.cuda.reset_peak_memory_stats(1)
+        ran(simulate_group(configs, progress=False))
+        assert torch.cuda.max_memory_allocated(0) == torch.cuda.memory_allocated(0)    # nothing new on GPU 0
+        assert torch.cuda.max_memory_allocated(1) > 0
+    finally:
+        torch.cuda.set_device(before)
+
+
+def ran(results):
+    """A group's histories; a run that failed raises its own error here."""
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results
 
 
 def tensors(x):

@@ -154,6 +154,16 @@ def test_a_node_without_its_client_id_is_refused():
     assert client_id(SimpleNamespace(node_config={"partition-id": 4})) == 4
 
 
+def test_a_gpu_config_is_refused_before_the_simulation_starts():
+    # Flower's Ray backend hides the GPUs from nodes that ask for none: one clear error instead of
+    # a torch error in every node. Without a GPU, "cuda" is refused as a device this machine lacks.
+    from fairfl.errors import ConfigError
+    from fairfl.flower import run_simulation
+    reason = "the Flower simulation trains on the CPU" if torch.cuda.is_available() else "has no CUDA device"
+    with pytest.raises(ConfigError, match=f"device='cuda', but .*{reason}"):
+        run_simulation(BASE, BASE.replace(device="cuda"))
+
+
 def test_report_round_trip_keeps_every_field():
     """What a node sends is what the rule reads: updates (also per objective), losses, masks and
     extras come back with their values (scalars as float64)."""
