@@ -82,8 +82,12 @@ def _exact_cuda() -> None:
     elsewhere (the project's GPU anchors)."""
     import os
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # read when cuBLAS starts
-    torch.backends.cuda.matmul.fp32_precision = "ieee"
-    torch.backends.cudnn.fp32_precision = "ieee"          # convolutions and recurrent layers
+    try:                       # torch >= 2.9 (the older allow_tf32 switches are not to be mixed with these)
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+        torch.backends.cudnn.fp32_precision = "ieee"      # convolutions and recurrent layers
+    except AttributeError:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
 
