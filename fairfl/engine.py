@@ -570,42 +570,93 @@ def _floats_per_sample(model: nn.Module, x: torch.Tensor, signature: tuple) -> i
     return _ACTIVATIONS[key]
 
 
-def _chunks(rows: list, per_row: int, device: torch.device) -> list[list]:
+def _chunks(rows: list, per_row: int, device: torch.device, exact: Callable[[int], bool]) -> list[tuple[list, int]]:
+    """``rows`` cut into stacks within the budget of :data:`FUSED_FLOATS`, each as (its rows, how
+    many discarded copies of its first row pad it): every stack's size is one that
+    :func:`_size_is_exact` (``exact``, asked only for the sizes met) finds to compute each instance's
+    bits as a pair does. A chunk size that does not is raised to the next that does (a budget that
+    fits one instance of notebook 02's CNN at b = 400 gets pairs, not stacks of one that would each
+    need a copy); a short last stack that does not joins the one before it where that size does, and
+    is padded otherwise. Which stack an instance is in never changes its result, only how much is
+    computed (tests/test_engine.py)."""
     budget = FUSED_FLOATS["cuda" if device.type == "cuda" else "cpu"]
-    size = max(1, budget // max(1, 3 * per_row))
-    return [rows[i:i + size] for i in range(0, len(rows), size)]
+    size = _exact_size(min(len(rows), max(1, budget // max(1, 3 * per_row))), exact)
+    cut = [rows[i:i + size] for i in range(0, len(rows), size)]
+    if len(cut) > 1 and not exact(len(cut[-1])) and exact(size + len(cut[-1])):
+        cut[-2:] = [cut[-2] + cut[-1]]
+    out = []
+    for chunk in cut:
+        padded = _exact_size(len(chunk), exact)
+        if padded < len(chunk):            # no size near it is exact: pairs, which are by definition
+            out += [(chunk[i:i + 2], 2 - len(chunk[i:i + 2])) for i in range(0, len(chunk), 2)]
+        else:
+            out.append((chunk, padded - len(chunk)))
+    return out
 
 
-_ALONE_EXACT: dict[tuple, bool] = {}
+def _exact_size(m: int, exact: Callable[[int], bool], reach: int = 8) -> int:
+    """The smallest stack size from m to m + ``reach`` that is exact, or 2 (a pair) where none is."""
+    return next((k for k in range(max(1, m), m + reach + 1) if exact(k)), 2)
 
 
-def _alone_is_exact(model, names, template, row: "_Row", batch: int, cfg, device, dtype) -> bool:
-    """Whether an instance of this model computes, at this step shape, the same bits in a stack of
-    one as beside other instances. Found out once per process and shape: one step (and the loss
-    after it) of the instance on its first batch, alone and beside a copy of itself. Kernels are
-    picked by shape, not by data, so the answer holds for every step of that shape. Where it holds
-    (the dense models here: logistic regression and the MLPs) a lone instance needs no discarded
-    copy, which costs a full-batch MLP client as much again as its own step (notebooks 03-04); a
-    convolution or vmap model gets its copy."""
-    key = (_signature(model), batch, tuple(row.source.x.shape[1:]), row.source.x.dtype, str(device),
+# A stack of two is the reference: an instance's result is the one it gets beside one other instance.
+_REFERENCE_SIZE = 2
+_PROBES: dict[tuple, tuple] = {}          # step shapes -> (probe row, start, a pair's outcome)
+_EXACT_SIZES: dict[tuple, bool] = {}      # (step shapes, stack size) -> exact
+
+
+def _size_is_exact(model, names, template, row: "_Row", cfg, device, dtype, m: int) -> bool:
+    """Whether m stacked instances of this model compute, at this row's step shapes, each the bits
+    it computes in a stack of two. Kernels are picked by shape, and the stack's size is part of
+    the shape: on this project's CPU a stack of one of the Table 3 CNN or FMOL's LeNet runs a plain
+    convolution where larger stacks run a grouped one, and a stack of three computes the first
+    convolution's weight gradient otherwise (oneDNN takes 3 input channels, one per instance, for
+    an image's colour channels), each differing in the last bits; the dense models compute alike
+    at every size (measured, 1-40). A stack that is not exact is padded with discarded copies or
+    cut otherwise (:func:`_chunks`), so that a run gets the same bits alone, in any group, and
+    wherever its group's stacks are cut. Found out once per process, step shapes and size, by
+    one step per distinct batch size (and the loss after them) of copies of one instance on its
+    first samples, the same instance for every size; kernels do not depend on the values, so the
+    answer holds for every step of those shapes."""
+    if m == _REFERENCE_SIZE:
+        return True
+    sizes = tuple(dict.fromkeys(row.plan.sizes))          # each distinct batch size, in order
+    key = (_signature(model), sizes, tuple(row.source.x.shape[1:]), row.source.x.dtype, str(device),
            stacked_forward.dense(model), bool(cfg.prox_mu), bool(cfg.momentum), bool(cfg.weight_decay))
-    if key not in _ALONE_EXACT:
-        n = min(batch, row.source.size)
-        probe = _Row(row.job, row.k, Source(*(t[row.source.start:row.source.start + n] for t in (row.source.x, row.source.y)),
-                                            0, n), row.stream, Plan(torch.arange(n), [n]))
-        start = torch.cat([t.detach().reshape(-1) for t in template]).to(device=device, dtype=dtype)
-        outcomes = []
-        for m in (1, 2):
-            w = _unflatten(start.expand(m, -1).clone(), template)
-            hyper = {h: torch.full((m,), v, dtype=dtype, device=device) for h, v in
-                     (("lr", cfg.lr), ("momentum", cfg.momentum), ("weight_decay", cfg.weight_decay),
-                      ("half_mu", cfg.prox_mu / 2))}
-            gather = _Gather([probe] * m, device)
-            keys = torch.full((m,), row.stream.key, dtype=torch.int64, device=device)
-            w, acc, first = _sgd_stack(model, names, w, w, gather, 1, keys, hyper, cfg, True, True)
-            outcomes.append([t[0] for t in (*w, *acc, *first)] + [_stacked_training_losses(model, names, w, gather)[0]])
-        _ALONE_EXACT[key] = all(torch.equal(a, b) for a, b in zip(*outcomes))
-    return _ALONE_EXACT[key]
+    if (key, m) not in _EXACT_SIZES:
+        if key not in _PROBES:
+            # the probe's own copy of the first samples and of the start, compared at every size
+            n = min(max(sizes, default=0), row.source.size)
+            data = Source(*(t[row.source.start:row.source.start + n].clone() for t in (row.source.x, row.source.y)), 0, n)
+            probe = _Row(row.job, row.k, data, row.stream, Plan(torch.cat([torch.arange(min(s, n)) for s in sizes]),
+                                                                [min(s, n) for s in sizes]))
+            start = torch.cat([t.detach().reshape(-1) for t in template]).to(device=device, dtype=dtype)
+            _PROBES[key] = (probe, start, _probe_step(model, names, template, probe, start, cfg, device, dtype,
+                                                      _REFERENCE_SIZE)[0])
+        probe, start, reference = _PROBES[key]
+        _EXACT_SIZES[(key, m)] = all(all(_same_bits(a, b) for a, b in zip(reference, outcome))
+                                     for outcome in _probe_step(model, names, template, probe, start, cfg, device, dtype, m))
+    return _EXACT_SIZES[(key, m)]
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal bit for bit: NaN where the other has the same NaN (a client without samples has a NaN
+    loss), and −0.0 apart from 0.0."""
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(
+        a.detach().reshape(-1).contiguous().view(torch.uint8), b.detach().reshape(-1).contiguous().view(torch.uint8))
+
+
+def _probe_step(model, names, template, probe: "_Row", start: torch.Tensor, cfg, device, dtype, m: int) -> list[list[torch.Tensor]]:
+    """Per instance, what a stack of m copies of ``probe``'s instance computes from ``start`` in the
+    steps of its plan: parameters, summed and first gradients, the loss after them."""
+    w = _unflatten(start.expand(m, -1).clone(), template)
+    hyper = {h: torch.full((m,), v, dtype=dtype, device=device) for h, v in
+             (("lr", cfg.lr), ("momentum", cfg.momentum), ("weight_decay", cfg.weight_decay), ("half_mu", cfg.prox_mu / 2))}
+    gather = _Gather([probe] * m, device)
+    keys = torch.full((m,), probe.stream.key, dtype=torch.int64, device=device)
+    w, acc, first = _sgd_stack(model, names, w, w, gather, len(probe.plan), keys, hyper, cfg, True, True)
+    after = _stacked_training_losses(model, names, w, gather)
+    return [[t[i] for t in (*w, *acc, *first)] + [after[i]] for i in range(m)]
 
 
 @dataclass
@@ -642,16 +693,15 @@ def _train_fused(jobs: Sequence[Job]) -> list[Trained]:
             rows.sort(key=lambda r: (id(r.source.x), id(r.source.y)))     # one gather per data pool
             batch = rows[0].plan.sizes[0] if len(rows[0].plan) else n
             per_row = batch * _floats_per_sample(model, rows[0].source.x, signature)
-            for chunk in _chunks(rows, per_row, device):
+            def exact(m: int, row: _Row = rows[0]) -> bool:
+                return _size_is_exact(model, names, template, row, cfg, device, dtype, m)
+            for chunk, copies in _chunks(rows, per_row, device, exact):
+                # A stack of some sizes is computed by other kernels than a stack of two, and rounds
+                # otherwise (_size_is_exact): a run alone would differ from the same run in a group,
+                # or from itself where its partners finished first. There the stack is padded with
+                # copies of its first instance, which are discarded.
                 kept = len(chunk)
-                if kept == 1 and not _alone_is_exact(model, names, template, chunk[0], batch, cfg, device, dtype):
-                    # A stack of one can be computed by other kernels than a stack of two or more:
-                    # the convolution of one model is a plain one where several are grouped, and its
-                    # gradient rounds differently (measured: the Table 3 CNN and FMOL's LeNet differ
-                    # in the last bit). A run alone would then differ from the same run in a group,
-                    # or from itself in a group where its partners finished first. So there a lone
-                    # instance trains beside a copy of itself, which is discarded.
-                    chunk = chunk * 2
+                chunk = chunk + chunk[:1] * copies
                 m = len(chunk)
                 starts = torch.stack([jobs[r.job].starts[r.k] for r in chunk])
                 centres = torch.stack([starts[i] if jobs[r.job].prox_centre is None else jobs[r.job].prox_centre

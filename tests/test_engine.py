@@ -217,22 +217,71 @@ def test_a_large_group_of_unequal_clients_gives_each_run_its_result_alone(fairfl
 
 
 @pytest.mark.slow
-def test_a_stack_cut_into_chunks_gives_each_run_its_result_alone(fmnist, monkeypatch):
+@pytest.mark.parametrize("budget, clients", [(5, 4), (5, 3), (0.5, 3)])
+def test_a_stack_cut_into_chunks_gives_each_run_its_result_alone(fmnist, monkeypatch, budget, clients):
     # A stack too large for the memory budget is cut along the instance axis, and where it is cut
-    # depends on how many runs share it: 3 runs x 4 clients in chunks of at most 5 (5, 5, 2) put
-    # the runs' clients beside other runs' clients, and split run 1 over two chunks, where each run
-    # alone is one chunk of 4. Every instance must get the same bits whichever chunk it is in.
+    # depends on how many runs share it: 3 runs x 4 clients in chunks of at most 5 put the runs'
+    # clients beside other runs' clients and split a run over two chunks, where each run alone is
+    # one stack of 4. With 3 clients, a run alone is a stack of three, which computes the CNN's first
+    # weight gradient with other kernels than a pair on this project's CPU (engine._size_is_exact);
+    # a budget below one instance (notebook 02's CNN at b = 400) cuts pairs. Every instance must get
+    # the same bits whichever stack it is in, and every stack trained must have a size that computes
+    # as a pair does.
     per_instance = 3 * CNN.local.batch_size * engine._floats_per_sample(
         build_model("cnn_fmnist", (1, 28, 28), 3), torch.zeros(1, 1, 28, 28), ())
-    monkeypatch.setitem(engine.FUSED_FLOATS, "cpu", 5 * per_instance)
-    configs = [CNN.replace(algorithm=FedAvg(), clients_per_round=4, seed=s) for s in (0, 1, 2)]
-    calls = []
+    monkeypatch.setitem(engine.FUSED_FLOATS, "cpu", int(budget * per_instance))
+    configs = [CNN.replace(algorithm=FedAvg(), clients_per_round=clients, seed=s) for s in (0, 1, 2)]
+    cuts = []
     real = engine._chunks
-    monkeypatch.setattr(engine, "_chunks", lambda *a: calls.append(len(a[0])) or real(*a))
+    monkeypatch.setattr(engine, "_chunks", lambda *a: cuts.append([(len(c), n) for c, n in real(*a)]) or real(*a))
     group = simulate_group(configs, progress=False)
-    assert max(calls) == 12, calls                    # the three runs' rows were one stack, cut in chunks
+    assert any(len(cut) > 1 and sum(c for c, _ in cut) == 3 * clients for cut in cuts), cuts   # one stack, cut
     for c, h in zip(configs, group):
         assert state(h) == state(simulate(c, progress=False)), c.seed
+    trained = {c + n for cut in cuts for c, n in cut}
+    exact = {m for (_, m), ok in engine._EXACT_SIZES.items() if ok} | {engine._REFERENCE_SIZE}
+    assert trained <= exact, (trained, engine._EXACT_SIZES)
+
+
+def test_stacks_are_cut_to_sizes_that_compute_as_pairs():
+    device = torch.device("cpu")
+
+    def cut(rows, per_row, inexact=(), only_pairs=False):
+        exact = (lambda m: m == 2) if only_pairs else (lambda m: m not in inexact)
+        return [(len(c), n) for c, n in engine._chunks(list(range(rows)), per_row, device, exact)]
+    big = engine.FUSED_FLOATS["cpu"]                        # one row alone is over the budget
+    cnn = (1, 3)                                            # the sizes that round otherwise for the CNN here
+    assert cut(5, big) == [(1, 0)] * 5                      # every size computes alike (the dense models)
+    assert cut(5, big, cnn) == [(2, 0), (2, 0), (1, 1)]     # pairs; a last one can join neither: a copy
+    assert cut(5, big, (1,)) == [(2, 0), (3, 0)]            # ... or it joins the pair before it
+    assert cut(1, big, cnn) == [(1, 1)] and cut(2, big, cnn) == [(2, 0)]
+    four = big // (3 * 4)                                   # four rows fit
+    assert cut(3, four, cnn) == [(3, 1)]                    # a run of three clients alone: padded to four
+    assert cut(9, four, cnn) == [(4, 0), (5, 0)] and cut(9, four) == [(4, 0), (4, 0), (1, 0)]
+    assert cut(7, four, cnn) == [(7, 0)]
+    assert cut(8, big // (3 * 3), cnn) == [(4, 0), (4, 0)]  # a budget of three stacks: raised to four
+    assert cut(7, four, only_pairs=True) == [(2, 0), (2, 0), (2, 0), (1, 1)]   # no size near but 2: pairs
+
+
+def test_every_stack_size_gives_an_instance_the_bits_of_a_pair(fmnist):
+    # The same instance (start, data, stream) stacked with 1..6 copies of itself through the engine:
+    # every copy of every stack computes what it computes in a pair. Fails where a stack of one or
+    # three of the CNN is trained as it is (other kernels, engine._size_is_exact).
+    from fairfl.client import flat_params
+    model = build_model("cnn_fmnist", (1, 28, 28), 10, seed=0)
+    start = flat_params(model)
+    source = engine.Source(fmnist.x_train[:60], fmnist.y_train[:60], 0, 60)
+    local = LocalTraining(epochs=1, batch_size=20, lr=0.05)
+    results = {}
+    for m in range(1, 7):
+        job = engine.Job(model, start.expand(m, -1).clone(), [source] * m, [Stream(3, 0, 0)] * m, local,
+                         loss_after=True, sum_gradients=True)
+        results[m] = engine.execute([job])[0]
+    pair = results[2]
+    for m, got in results.items():
+        for k in range(m):
+            assert torch.equal(got.params[k], pair.params[0]) and torch.equal(got.grad_sum[k], pair.grad_sum[0]), (m, k)
+            assert torch.equal(got.loss_after[k], pair.loss_after[0]), (m, k)
 
 
 @pytest.mark.slow
@@ -241,10 +290,10 @@ def test_a_run_whose_partners_finish_first_gives_its_result_alone(fmnist):
     # round 0's stack with the short one and is alone in the rounds after. A stack of one computes
     # with other kernels (a plain convolution, not a grouped one; vmap likewise for FMOL's LeNet),
     # so it is trained beside a copy of itself; a dense model's stack of one computes as a larger
-    # stack does (engine._alone_is_exact finds out), so it trains alone. Either way the long run
+    # stack does (engine._size_is_exact finds out), so it trains alone. Either way the long run
     # gets its result alone.
     from fairfl import engine
-    engine._ALONE_EXACT.clear()
+    engine._EXACT_SIZES.clear()
     cnn = CNN.replace(algorithm=FedAvg(), clients_per_round=1, eval_every=3)
     mgd = fmol_config(K=1, n=32, clients=3, rounds=3, centralised=True)        # pooled data: one instance
     mlp = MLP.replace(algorithm=FedAvg(), clients_per_round=1, eval_every=3)                  # full batch
@@ -255,7 +304,8 @@ def test_a_run_whose_partners_finish_first_gives_its_result_alone(fmnist):
         assert state(grouped[0]) == state(simulate(long, progress=False)), long.model
         assert state(grouped[1]) == state(simulate(short, progress=False)), short.model
     # both ways were taken: a copy for the CNN (and the LeNet), none for the MLP, on this machine
-    assert set(engine._ALONE_EXACT.values()) == {True, False}, engine._ALONE_EXACT
+    alone = {k: ok for (k, m), ok in engine._EXACT_SIZES.items() if m == 1}
+    assert set(alone.values()) == {True, False}, alone
 
 
 # ----------------------------------------------------------------------------- predictions
