@@ -601,7 +601,7 @@ def _exact_size(m: int, exact: Callable[[int], bool], reach: int = 8) -> int:
 
 # A stack of two is the reference: an instance's result is the one it gets beside one other instance.
 _REFERENCE_SIZE = 2
-_PROBES: dict[tuple, tuple] = {}          # step shapes -> (probe row, start, a pair's outcome)
+_PROBES: dict[tuple, tuple] = {}          # step shapes -> (probe row, start, settings, a pair's outcome)
 _EXACT_SIZES: dict[tuple, bool] = {}      # (step shapes, stack size) -> exact
 
 
@@ -615,27 +615,31 @@ def _size_is_exact(model, names, template, row: "_Row", cfg, device, dtype, m: i
     at every size (measured, 1-40). A stack that is not exact is padded with discarded copies or
     cut otherwise (:func:`_chunks`), so that a run gets the same bits alone, in any group, and
     wherever its group's stacks are cut. Found out once per process, step shapes and size, by
-    one step per distinct batch size (and the loss after them) of copies of one instance on its
-    first samples, the same instance for every size; kernels do not depend on the values, so the
-    answer holds for every step of those shapes."""
+    copies of one instance taking one step per distinct batch size on its client's first samples,
+    then the loss over the client's data; the same instance, start and settings for every size.
+    Kernels do not depend on the values, so the answer holds for every step of those shapes."""
     if m == _REFERENCE_SIZE:
         return True
     sizes = tuple(dict.fromkeys(row.plan.sizes))          # each distinct batch size, in order
-    key = (_signature(model), sizes, tuple(row.source.x.shape[1:]), row.source.x.dtype, str(device),
-           stacked_forward.dense(model), bool(cfg.prox_mu), bool(cfg.momentum), bool(cfg.weight_decay))
+    # the client's size fixes the shapes of the loss after training (chunks of LOSS_CHUNK), and the
+    # thread count can change a kernel's reduction
+    key = (_signature(model), sizes, row.source.size, tuple(row.source.x.shape[1:]), row.source.x.dtype, dtype,
+           str(device), torch.get_num_threads(), stacked_forward.dense(model), bool(cfg.prox_mu), bool(cfg.momentum),
+           bool(cfg.weight_decay))
     if (key, m) not in _EXACT_SIZES:
-        if key not in _PROBES:
-            # the probe's own copy of the first samples and of the start, compared at every size
-            n = min(max(sizes, default=0), row.source.size)
+        probe = _PROBES.get(key)
+        if probe is None:
+            # the probe's own copy of the client's data, of the start and of the settings: every size is
+            # compared with the pair on the very same inputs
+            n = row.source.size
             data = Source(*(t[row.source.start:row.source.start + n].clone() for t in (row.source.x, row.source.y)), 0, n)
-            probe = _Row(row.job, row.k, data, row.stream, Plan(torch.cat([torch.arange(min(s, n)) for s in sizes]),
-                                                                [min(s, n) for s in sizes]))
+            steps = Plan(torch.cat([torch.arange(min(s, n)) for s in sizes]), [min(s, n) for s in sizes])
             start = torch.cat([t.detach().reshape(-1) for t in template]).to(device=device, dtype=dtype)
-            _PROBES[key] = (probe, start, _probe_step(model, names, template, probe, start, cfg, device, dtype,
-                                                      _REFERENCE_SIZE)[0])
-        probe, start, reference = _PROBES[key]
+            inputs = (_Row(row.job, row.k, data, row.stream, steps), start, cfg)
+            probe = _PROBES[key] = (*inputs, _probe_step(model, names, template, *inputs, device, dtype, _REFERENCE_SIZE)[0])
+        *inputs, reference = probe
         _EXACT_SIZES[(key, m)] = all(all(_same_bits(a, b) for a, b in zip(reference, outcome))
-                                     for outcome in _probe_step(model, names, template, probe, start, cfg, device, dtype, m))
+                                     for outcome in _probe_step(model, names, template, *inputs, device, dtype, m))
     return _EXACT_SIZES[(key, m)]
 
 
