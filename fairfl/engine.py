@@ -30,6 +30,7 @@ pass per chunk for every run that asks at once.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -697,6 +698,7 @@ def _train_fused(jobs: Sequence[Job]) -> list[Trained]:
             rows.sort(key=lambda r: (id(r.source.x), id(r.source.y)))     # one gather per data pool
             batch = rows[0].plan.sizes[0] if len(rows[0].plan) else n
             per_row = batch * _floats_per_sample(model, rows[0].source.x, signature)
+            @functools.cache           # asked several times per cut; its key walks the whole plan
             def exact(m: int, row: _Row = rows[0]) -> bool:
                 return _size_is_exact(model, names, template, row, cfg, device, dtype, m)
             for chunk, copies in _chunks(rows, per_row, device, exact):
