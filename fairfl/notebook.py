@@ -24,12 +24,17 @@ from .errors import ConfigError
 from .paths import figures_root
 
 
-def resolve_profile(profile: str) -> str:
-    """The profile to run: ``$FAIRFL_PROFILE`` when set (nbval cannot inject parameters, so CI
-    runs the stored notebooks with ``FAIRFL_PROFILE=smoke``), else the parameter."""
-    profile = os.environ.get("FAIRFL_PROFILE", profile)
+def resolve_profile(profile: str | None) -> str:
+    """The profile to run. One rule everywhere: what is given explicitly beats the environment.
+    A notebook's ``profile`` parameter is stored as None, which means ``$FAIRFL_PROFILE`` when set
+    (nbval cannot inject parameters, so CI runs the stored notebooks with ``FAIRFL_PROFILE=smoke``),
+    else quick; a profile written in the parameters cell (JupyterLab) or passed by papermill
+    (``fairfl reproduce --profile``) is used as it is."""
+    source = "profile"
+    if profile is None:
+        profile, source = os.environ.get("FAIRFL_PROFILE", "quick"), "FAIRFL_PROFILE"
     if profile not in PROFILES:
-        raise ConfigError(f"profile {profile!r} is not one of {', '.join(PROFILES)}")
+        raise ConfigError(f"{source}={profile!r} is not one of {', '.join(PROFILES)}")
     return profile
 
 
@@ -85,7 +90,7 @@ class Session:
         return Sweep(points, histories)
 
 
-def start(profile: str, profiles: Mapping[str, Mapping[str, Any]], workers: int | None = None,
+def start(profile: str | None, profiles: Mapping[str, Mapping[str, Any]], workers: int | None = None,
           device: str | None = None, **overrides: Any) -> Session:
     """The header of a notebook: resolve the profile, apply the plotting style, take the
     profile's settings with the parameters cell's non-None overrides (``seeds``, ``rounds``, …),
