@@ -184,7 +184,7 @@ def _cmd_results(args) -> int:
               f"{human_size(sum(s for _, _, s in removed))} freed", file=sys.stderr)
         gone = {e.key for e, _, _ in removed}
         table = [r for r in table if r["key"] not in gone]
-    print(format_table(table, args.format))
+    print(format_table(table, args.format, where=args.where or [], root=root))
     return 0
 
 

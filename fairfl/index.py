@@ -275,13 +275,22 @@ def rows(root: Path | str | None = None, where: Iterable[str | tuple[str, Any]] 
 
 
 def _algorithm_label(config: Mapping[str, Any] | None) -> str | None:
+    """``name(option=value, …)``: a known algorithm's options that differ from their defaults
+    (``Algorithm.label``). An algorithm this process does not know (registered in a module not
+    imported here, or whose options no longer validate) has no defaults to compare with: every
+    option its config recorded is shown, so that runs with different options stay apart. Without
+    spaces (``fedfv(alpha=0.1,tau=1)``): the text table's columns stay split by whitespace."""
     if not config or not isinstance(config.get("algorithm"), Mapping):
         return None
     try:
         from .algorithms import make_algorithm
-        return make_algorithm(dict(config["algorithm"])).label()
+        label = make_algorithm(dict(config["algorithm"])).label()
     except FairFLError:
-        return str(config["algorithm"].get("name"))
+        spec = dict(config["algorithm"])
+        name = spec.pop("name", None)
+        options = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in spec.items())
+        label = f"{name}({options})" if options else str(name)
+    return label.replace(", ", ",")
 
 
 def results(where: Iterable[str] | Mapping[str, Any] | None = None, root: Path | str | None = None,
@@ -303,8 +312,11 @@ def results(where: Iterable[str] | Mapping[str, Any] | None = None, root: Path |
     return table.set_index("key")
 
 
-def format_table(table_rows: Sequence[Mapping[str, Any]], fmt: str = "table") -> str:
-    """The rows as an aligned text table (summary columns), CSV or JSON (every column)."""
+def format_table(table_rows: Sequence[Mapping[str, Any]], fmt: str = "table",
+                 where: Iterable[str | tuple[str, Any]] | Mapping[str, Any] = (), root: Path | str | None = None) -> str:
+    """The rows as an aligned text table (summary columns), CSV or JSON (every column). ``where``
+    and ``root``, what the rows were selected by and from, let an empty table say whether the
+    cache is empty or nothing in it matches."""
     import pandas as pd
     if fmt == "json":
         return json.dumps([{k: _jsonable(v) for k, v in r.items()} for r in table_rows], indent=1)
@@ -312,14 +324,31 @@ def format_table(table_rows: Sequence[Mapping[str, Any]], fmt: str = "table") ->
     if fmt == "csv":
         return frame.to_csv(index=False)
     if frame.empty:
-        return "(no cached runs)"
+        return _nothing_shown(where, root)
     shown = frame[[c for c in SUMMARY if c in frame.columns]].copy()
-    for c in ("mean_acc", "std_acc", "worst10_acc", "best10_acc", "train_loss"):
+    # accuracies in % (81.25, headed mean_acc%), as every figure, notebook table and the explorer
+    # show them; CSV and JSON keep the stored fractions, for programs
+    for c, scale, digits in (("mean_acc", 100, 2), ("std_acc", 100, 2), ("worst10_acc", 100, 2),
+                             ("best10_acc", 100, 2), ("train_loss", 1, 4)):
         if c in shown:
-            shown[c] = shown[c].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}")
+            shown[c] = shown[c].map(lambda v, scale=scale, digits=digits: "" if v is None or (
+                isinstance(v, float) and math.isnan(v)) else f"{scale * v:.{digits}f}")
+    shown = shown.rename(columns={c: f"{c}%" for c in ("mean_acc", "std_acc", "worst10_acc", "best10_acc")})
     shown["rounds_done"] = shown["rounds_done"].map(lambda v: "?" if v is None or v != v else str(int(v)))
     shown["version"] = shown["version"].map(lambda v: "?" if v is None or v != v else str(int(v)))
     return shown.fillna("").to_string(index=False)
+
+
+def _nothing_shown(where: Iterable[str | tuple[str, Any]] | Mapping[str, Any], root: Path | str | None) -> str:
+    """What an empty table says: "(no cached runs)" only when the cache really has none; else
+    that the selection matched nothing, so that it does not read as an empty cache."""
+    items = list(where.items()) if isinstance(where, Mapping) else list(where)
+    n = len(scan(root))
+    if not items or not n:
+        return "(no cached runs)"
+    asked = " ".join(f"{i[0]}={i[1]}" if isinstance(i, tuple) else str(i) for i in items)
+    place = Path(root) if root is not None else results_root()
+    return f"no cached run matches {asked} ({n} run{'s' * (n != 1)} in {place})"
 
 
 def _jsonable(v: Any) -> Any:
@@ -350,7 +379,7 @@ def stale_reason(entry: Entry) -> str | None:
     from . import cache
     from .config import ExperimentConfig
     try:
-        key = cache.key(ExperimentConfig.from_dict(entry.config))
+        key = cache.key(ExperimentConfig.from_dict(entry.config), entry.folder.parent)
     except ConfigError as e:
         if "unknown algorithm" in str(e):
             return None

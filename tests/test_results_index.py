@@ -19,6 +19,7 @@ from fairfl.algorithms.fedavg import FedAvg
 from fairfl.algorithms.fedmgda import FedMGDAPlus
 from fairfl.config import CACHE_VERSION
 from fairfl.errors import ConfigError
+from fairfl.index import format_table, rows
 from fairfl.loop import simulate
 from fairfl.sweeps import SerialBackend, run_many
 
@@ -129,3 +130,70 @@ def test_prune_removes_only_entries_of_other_cache_versions(tmp_path):
     assert not cache.entry(old, root).exists() and not renamed.exists()
     assert cache.is_cached(current, root) and cache.is_cached(legacy_ok, root)
     assert len(r.stdout.strip().splitlines()) == 3           # header + the two kept
+
+
+def test_a_selection_that_matches_nothing_says_so_and_an_empty_cache_says_it_is_empty(cached, tmp_path):
+    root, _ = cached
+    r = fairfl_cli("--where", "eps=0.5", root=root)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"no cached run matches eps=0.5 ({len(RUNS) + 1} runs in {root})"
+    assert format_table(rows(root, ["eps=0.5"]), where={"eps": 0.5}, root=root).startswith(
+        "no cached run matches eps=0.5 (")
+    r = fairfl_cli("--where", "eps=0.5", root=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "(no cached runs)", (r.stdout, r.stderr)
+    assert fairfl_cli(root=tmp_path).stdout.strip() == "(no cached runs)"
+
+
+# The README's algorithm of one's own: registered by its module, which `python -m fairfl results`
+# does not import.
+TRIMMED_MEAN = '''
+from dataclasses import dataclass
+
+from fairfl.algorithms import Algorithm, option, register
+from fairfl.messages import Aggregate
+from fairfl.schedules import constant, scale_by_schedule
+
+
+@register
+@dataclass(frozen=True)
+class TrimmedMean(Algorithm):
+    name = "trimmed_mean"
+    trim: int = option(1, low=0)
+    server_lr: float = option(1.0, low=0.0, low_open=True)
+
+    def aggregate(self, reports, state, ctx):
+        g = reports.updates.sort(dim=0).values
+        return Aggregate(g[self.trim: reports.m - self.trim].mean(dim=0), state, {})
+
+    def server_optimizer(self):
+        return scale_by_schedule(constant(self.server_lr))
+'''
+
+
+def test_the_algorithm_column_tells_runs_with_different_options_apart(cached, fmnist, tmp_path, monkeypatch):
+    root, _ = cached
+    lines = fairfl_cli(root=root).stdout.splitlines()
+    labels = {cache.key(c): next(line.split()[3] for line in lines if cache.key(c) in line) for c in RUNS}
+    assert labels[cache.key(RUNS[0])] == labels[cache.key(RUNS[1])] == "fedmgda_plus"       # eps=0.1: its default
+    assert labels[cache.key(RUNS[2])] == "fedmgda_plus(eps=1)" and labels[cache.key(RUNS[4])] == "fedavg"
+
+    from fairfl.algorithms import ALGORITHMS
+    (tmp_path / "trimmed_mean_mod.py").write_text(TRIMMED_MEAN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import trimmed_mean_mod
+    try:
+        base = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)}, model="logreg",
+                                partition=PartitionSpec("iid", num_clients=6), rounds=1, clients_per_round=5,
+                                local=LocalTraining(epochs=1, batch_size=100, lr=0.05))
+        runs = [base.replace(algorithm=trimmed_mean_mod.TrimmedMean(trim=t)) for t in (1, 2)]
+        results = tmp_path / "results"
+        run_many(runs, backend=SerialBackend(), root=results, progress=False)
+        here = fairfl.results(root=results)                    # this process knows the algorithm: its defaults
+        assert sorted(here["algorithm"]) == ["trimmed_mean", "trimmed_mean(trim=2)"]
+    finally:
+        ALGORITHMS.pop("trimmed_mean", None)
+        sys.modules.pop("trimmed_mean_mod", None)
+    r = fairfl_cli(root=results)                                # a process that does not: every recorded option
+    assert r.returncode == 0, r.stderr
+    shown = sorted(line.split()[3] for line in r.stdout.splitlines()[1:])
+    assert shown == ["trimmed_mean(trim=1,server_lr=1)", "trimmed_mean(trim=2,server_lr=1)"], r.stdout
