@@ -9,16 +9,55 @@ import matplotlib
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import LogFormatter, MaxNLocator
 
 from .paths import figures_root
 from .atomic import atomic_write
 from .loop import History
 
 
+# JupyterLab shows a figure at its natural size up to the width of the notebook's column and
+# scales a wider one down, text included. At the default layout (file browser open, window 1366 to
+# 1500 px wide) the column is about 900 px; figures meant to be read in a notebook are made that
+# wide at the inline backend's dpi (use_style), so that their text keeps the size it was set in.
+COLUMN_INCHES = 8.4
+INLINE_DPI = 110
+
+
+def _fit(title: str, chars: int = 72) -> str:
+    """A suptitle wrapped to the width of a column-wide figure (about 72 characters of its size),
+    its own line breaks kept."""
+    import textwrap
+    return "\n".join(part for line in title.splitlines() for part in textwrap.wrap(line, chars) or [""])
+
+
+def round_axis(ax, axis: str = "x") -> None:
+    """Integer ticks on an axis of rounds: a run of two rounds otherwise gets 0.5 and 1.5. The
+    steps are matplotlib's default locator's (0, 20, 40, not 0, 15, 30)."""
+    locator = MaxNLocator(nbins="auto", steps=[1, 2, 2.5, 5, 10], integer=True)
+    (ax.xaxis if axis == "x" else ax.yaxis).set_major_locator(locator)
+
+
+class PlainLogFormatter(LogFormatter):
+    """A log axis's tick labels as decimals (0.3, 2, 10), on the ticks matplotlib labels."""
+
+    def __call__(self, x, pos=None):
+        return f"{x:.3g}" if super().__call__(x, pos) else ""
+
+
+def plain_log_ticks(ax, axis: str = "y") -> None:
+    """Decimal tick labels on a log axis (0.3, 0.5, 2 rather than 3×10⁻¹, 2×10⁰): a loss that
+    spans less than a decade gets labelled minor ticks, which the default writes in scientific
+    notation. The choice of which ticks carry a label is matplotlib's, unchanged."""
+    a = ax.xaxis if axis == "x" else ax.yaxis
+    a.set_major_formatter(PlainLogFormatter(labelOnlyBase=False))
+    a.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False))
+
+
 def use_style() -> None:
     import seaborn as sns
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
-    matplotlib.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "savefig.bbox": "tight",
+    matplotlib.rcParams.update({"figure.dpi": INLINE_DPI, "savefig.dpi": 150, "savefig.bbox": "tight",
                                 "axes.titlesize": "medium"})
 
 
@@ -49,25 +88,61 @@ def partition_heatmap(counts: np.ndarray, ax=None, title: str = "", class_names:
     return ax
 
 
+def partitions(counts: dict[str, np.ndarray], class_names: Sequence[str] = (), title: str = "",
+               max_clients: int = 30, columns: int = 2) -> matplotlib.figure.Figure:
+    """One :func:`partition_heatmap` per partition (``counts``: {title: clients × labels}), in a
+    grid of ``columns`` panels a row, as wide as a notebook's column: four heatmaps in one row
+    were scaled to less than half their size in JupyterLab, their labels unreadable."""
+    rows = -(-len(counts) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(COLUMN_INCHES, 3.4 * rows + 0.4), layout="constrained",
+                             squeeze=False, dpi=INLINE_DPI)
+    for ax, (name, c) in zip(axes.flat, counts.items()):
+        partition_heatmap(c, ax=ax, title=name, class_names=class_names, max_clients=max_clients)
+        ax.tick_params(axis="x", labelrotation=90)
+        ax.tick_params(axis="y", labelrotation=0)
+    for ax in axes.flat[len(counts):]:
+        ax.set_axis_off()
+    if title:
+        fig.suptitle(_fit(title))
+    return fig
+
+
 def curves(histories: dict[str, Sequence[History]], metric: str = "mean_acc", ax=None,
            logy: bool = False, band: str = "std"):
     """Mean over seeds ± a band (std or min–max) of a per-evaluation metric against rounds.
-    ``metric``: "mean_acc" (average user test accuracy) or "train_loss"."""
+    ``metric``: "mean_acc" (average user test accuracy, in %) or "train_loss"."""
     ax = ax or plt.gca()
     for label, runs in histories.items():
         rounds = np.asarray(runs[0].eval_rounds)
-        ys = np.stack([r.mean_acc() if metric == "mean_acc" else np.asarray(r.train_loss) for r in runs])
+        ys = np.stack([100 * r.mean_acc() if metric == "mean_acc" else np.asarray(r.train_loss) for r in runs])
         mu = ys.mean(0)
         lo, hi = ((mu - ys.std(0), mu + ys.std(0)) if band == "std" else (ys.min(0), ys.max(0)))
         line, = ax.plot(rounds, mu, label=label)
         if len(runs) > 1:
             ax.fill_between(rounds, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     ax.set_xlabel("round")
-    ax.set_ylabel({"mean_acc": "average user test accuracy", "train_loss": "averaged training loss"}[metric])
+    round_axis(ax)
+    ax.set_ylabel({"mean_acc": "average user test accuracy (%)", "train_loss": "averaged training loss"}[metric])
     if logy:
         ax.set_yscale("log")
+        plain_log_ticks(ax)
     ax.legend()
     return ax
+
+
+def accuracy_and_loss(histories: dict[str, Sequence[History]], title: str = "") -> matplotlib.figure.Figure:
+    """Three panels against rounds, mean ± std over seeds: the average user test accuracy, the
+    averaged training loss, and that loss on a log scale."""
+    fig, axes = plt.subplots(1, 3, figsize=(COLUMN_INCHES, 3.4), layout="constrained", dpi=INLINE_DPI)
+    curves(histories, "mean_acc", ax=axes[0])
+    curves(histories, "train_loss", ax=axes[1])
+    curves(histories, "train_loss", ax=axes[2], logy=True)
+    axes[0].set_title("average user test accuracy")
+    axes[1].set_title("training loss")
+    axes[2].set_title("training loss (log scale)")
+    if title:
+        fig.suptitle(_fit(title))
+    return fig
 
 
 def final_vs(series: dict[str, dict[Any, Sequence[float]]], ax=None, xlabel: str = "", ylabel: str = "",
@@ -91,11 +166,17 @@ def final_vs(series: dict[str, dict[Any, Sequence[float]]], ax=None, xlabel: str
 
 
 def accuracy_distribution(final_acc: dict[str, np.ndarray], ax=None):
-    """Distribution of the clients' final test accuracies, one violin + strip per method."""
+    """Distribution of the clients' final test accuracies, one violin + strip per method, in %.
+    ``final_acc``: {method: accuracies as fractions}, as ``History.final_acc()`` gives them."""
     import pandas as pd
     import seaborn as sns
     ax = ax or plt.gca()
-    df = pd.concat([pd.DataFrame({"method": k, "accuracy": np.asarray(v).ravel()}) for k, v in final_acc.items()])
+    largest = max((np.nanmax(np.abs(v)) for v in map(np.asarray, final_acc.values()) if v.size), default=0.0)
+    if largest > 1:
+        raise ValueError(f"accuracy_distribution takes accuracies as fractions in [0, 1] (History.final_acc()) "
+                         f"and shows them in %; got values up to {largest:g}")
+    df = pd.concat([pd.DataFrame({"method": k, "accuracy": 100 * np.asarray(v, dtype=np.float64).ravel()})
+                    for k, v in final_acc.items()])
     sns.violinplot(df, x="method", y="accuracy", ax=ax, inner=None, cut=0, color="0.85")
     # The strip's horizontal jitter is drawn from numpy's global generator: drawn from a fixed seed
     # (and the caller's generator left as it was), the same results give the same figure, byte for byte.
@@ -105,7 +186,7 @@ def accuracy_distribution(final_acc: dict[str, np.ndarray], ax=None):
         sns.stripplot(df, x="method", y="accuracy", ax=ax, size=3, alpha=0.6, hue="method", legend=False)
     finally:
         np.random.set_state(state)
-    ax.set_ylabel("client test accuracy")
+    ax.set_ylabel("client test accuracy (%)")
     return ax
 
 
@@ -131,6 +212,7 @@ def task_curves(curves: dict[str, np.ndarray], axes: Sequence, tasks: Sequence[s
         ax.set_yscale("log")
         ax.set_title(f"{title}task {task}" if title else f"task {task}")
         ax.set_xlabel("communication round")
+        round_axis(ax)
         ax.legend()
     axes[0].set_ylabel(ylabel)
     return axes
@@ -198,6 +280,7 @@ def client_curves(histories: Sequence[History], names: Sequence[str], ax=None):
         line, = ax.plot(rounds, mu, label=name)
         ax.fill_between(rounds, mu - sd, mu + sd, color=line.get_color(), alpha=0.2, linewidth=0)
     ax.set_xlabel("round")
+    round_axis(ax)
     return ax
 
 
@@ -210,6 +293,7 @@ def improved_share(runs: dict[str, Sequence[History]], ax=None, window: int = 1)
         smooth = np.convolve(share, np.ones(window) / window, mode="valid")
         ax.plot(np.arange(len(smooth)) + window, smooth, label=m)
     ax.set_xlabel("round")
+    round_axis(ax)
     ax.set_ylabel("improved participants (%)")
     ax.legend()
     return ax
@@ -239,6 +323,7 @@ def step_lengths(runs: dict[str, History], ax=None):
         worse = np.flatnonzero(np.asarray(h.round_improved) < 1)
         ax.plot(worse + 1, length[worse], "x", color="C3", ms=4)
     ax.set_xlabel("round")
+    round_axis(ax)
     ax.set_ylabel("length of the server step ‖θᵗ⁺¹ − θᵗ‖")
     ax.legend()
     return ax

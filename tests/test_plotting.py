@@ -36,7 +36,7 @@ def test_accuracy_distribution_is_the_same_figure_for_the_same_results(tmp_path)
     accuracies give the same PNG, and the caller's generator is left where it was."""
     import numpy as np
     from fairfl.plotting import accuracy_distribution
-    acc = {"FedAvg": np.linspace(40, 90, 100), "FedAvg-n": np.linspace(35, 95, 100)}
+    acc = {"FedAvg": np.linspace(0.40, 0.90, 100), "FedAvg-n": np.linspace(0.35, 0.95, 100)}
     pngs = []
     for i, seed in enumerate((1, 2)):
         np.random.seed(seed)
@@ -48,3 +48,100 @@ def test_accuracy_distribution_is_the_same_figure_for_the_same_results(tmp_path)
         pngs.append(next(p for p in save_figure(fig, f"dist{i}", tmp_path) if p.suffix == ".png").read_bytes())
         plt.close(fig)
     assert pngs[0] == pngs[1]
+
+
+# ----------------------------------------------------------------------------- what a reader sees
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from fairfl import plotting  # noqa: E402
+from fairfl.loop import History  # noqa: E402
+from figure_text import cut_off, over_other_panels, overlapping, shown_size_px, tick_labels  # noqa: E402
+
+# JupyterLab's notebook column at its default layout (a 1366 px window, file browser open), in
+# pixels; tests/test_jupyterlab.py measures the explorer's fit in it
+COLUMN_PX = 900
+FMNIST = ["T-shirt", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+
+
+@pytest.fixture
+def style():
+    """The notebooks' style (plotting.use_style), undone afterwards."""
+    with matplotlib.rc_context():
+        plotting.use_style()
+        yield
+    plt.close("all")
+
+
+def _history(rounds: int, acc: float, loss0: float, seed: int = 0) -> History:
+    """A run of ``rounds`` rounds evaluated every round: 100 clients' accuracy rising to ``acc``
+    (fractions, as a run records them), the training loss falling from ``loss0`` by two thirds."""
+    rng = np.random.default_rng(seed)
+    steps = np.linspace(0, 1, rounds + 1)
+    test_acc = [np.clip(0.1 + (acc - 0.1) * s + 0.05 * rng.standard_normal(100), 0, 1).tolist() for s in steps]
+    return History(config={}, eval_rounds=list(range(rounds + 1)), test_acc=test_acc,
+                   train_loss=(loss0 * (1 - 2 / 3 * steps)).tolist(), round_lr=[1.0] * rounds,
+                   round_improved=[0.5] * rounds)
+
+
+def _short_runs(rounds: int = 2) -> dict[str, list[History]]:
+    return {"FedAvg": [_history(rounds, 0.8, 2.3, s) for s in (0, 1)],
+            "FedAvg-n": [_history(rounds, 0.7, 2.1, s) for s in (2, 3)]}
+
+
+def test_round_axes_have_whole_number_ticks_on_short_runs(style):
+    """Two rounds: ticks 0, 1, 2, not 0.5 and 1.5."""
+    runs = _short_runs(2)
+    fig, axes = plt.subplots(1, 3)
+    plotting.curves(runs, "mean_acc", ax=axes[0])
+    plotting.curves(runs, "train_loss", ax=axes[1], logy=True)
+    plotting.improved_share(runs, ax=axes[2])
+    for ax in axes:
+        ticks = [t.get_text() for t in tick_labels(ax.xaxis)]
+        assert len(ticks) >= 2 and all(t.isdigit() for t in ticks), ticks
+
+
+def test_tour_curves_panels_neither_collide_nor_write_powers_of_ten(style):
+    """notebooks/00_tour's curves (plotting.accuracy_and_loss): no text over another text or over
+    a neighbouring panel (the log panel's y-label reached into the middle one, its title into the
+    suptitle), nothing cut off, and the log panel's ticks are decimals (0.8, 2), not 2×10⁰."""
+    fig = plotting.accuracy_and_loss(_short_runs(2), "Fashion-MNIST, label shards, CNN (FedMGDA+ Table 3), "
+                                                     "p = 0.05, mean ± std over 2 seed(s)")
+    assert not overlapping(fig), overlapping(fig)
+    assert not over_other_panels(fig), over_other_panels(fig)
+    assert not cut_off(fig), cut_off(fig)
+    log_ticks = [t.get_text() for t in tick_labels(fig.axes[2].yaxis)]
+    assert len(log_ticks) >= 2, log_ticks
+    for t in log_ticks:
+        float(t.replace("−", "-"))            # "0.8", "2": a plain number (not "$\\mathdefault{2\\times10^{0}}$")
+
+
+def test_accuracy_is_in_percent_in_curves_and_violins(style):
+    runs = _short_runs(2)
+    fig, (a, b) = plt.subplots(1, 2)
+    plotting.curves(runs, "mean_acc", ax=a)
+    assert a.get_ylabel().endswith("(%)")
+    expected = 100 * np.mean([h.mean_acc() for h in runs["FedAvg"]], axis=0)
+    np.testing.assert_allclose(a.get_lines()[0].get_ydata(), expected)
+    final = {name: np.concatenate([h.final_acc() for h in hs]) for name, hs in runs.items()}
+    plotting.accuracy_distribution(final, ax=b)
+    assert b.get_ylabel().endswith("(%)") and 50 < b.get_ylim()[1] <= 110
+    with pytest.raises(ValueError, match="fractions"):
+        plotting.accuracy_distribution({k: 100 * v for k, v in final.items()})
+
+
+def test_partition_heatmaps_are_readable_in_a_notebook_column(style):
+    """Four client × label heatmaps with Fashion-MNIST's class names: their smallest text is at
+    least 9 screen pixels high when JupyterLab fits the figure into its column (in one row of
+    20 inches it was scaled to 7), and no label is cut off or drawn over another."""
+    rng = np.random.default_rng(0)
+    counts = {f"{name}: 100 clients": rng.integers(0, 120, size=(100, 10)) for name in
+              ("iid", "label shards (5 per client)", "Dirichlet(β = 0.3)")}
+    counts["one class per client (FedFV): 3 clients"] = np.eye(3, 10, dtype=int) * 6000
+    fig = plotting.partitions(counts, class_names=FMNIST, max_clients=30,
+                              title="Fashion-MNIST: training samples per client and label (first 30 clients)")
+    assert shown_size_px(fig, COLUMN_PX) >= 9, shown_size_px(fig, COLUMN_PX)
+    assert not overlapping(fig), overlapping(fig)
+    assert not over_other_panels(fig), over_other_panels(fig)
+    assert not cut_off(fig), cut_off(fig)
