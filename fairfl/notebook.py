@@ -205,12 +205,34 @@ class Sweep:
         return explore(self, static=static, backend=backend)
 
     def summary(self, by: str | Sequence[str], over: str = "seed", **metrics: Callable[[Any], Any]) -> pd.DataFrame:
-        """Mean and std (ddof 0) over ``over`` (the seeds) of each metric, per value of ``by``."""
+        """One row per value of ``by``: how many runs (seeds) it averages, then each metric's mean
+        over ``over`` (the seeds) under the metric's own name, each followed by
+        "<metric> ± over seeds", its std over the seeds (ddof 0). One flat header row; the ±
+        columns only where some row has more than one seed (a single seed has no spread to show,
+        and a column of 0.0 reads as a measured one)."""
         by = [by] if isinstance(by, str) else list(by)
         df = self.frame(**metrics).drop(columns=[over], errors="ignore")
         value_columns = [c for c in df.columns if c not in self.factors]
-        return df.groupby(by, sort=False, dropna=False)[value_columns].agg(["mean", lambda v: v.std(ddof=0)]) \
-            .rename(columns={"<lambda_0>": "std"}, level=1)
+        groups = df.groupby(by, sort=False, dropna=False)
+        counted = "seeds" if over == "seed" else f"{over}s"
+        out = pd.DataFrame({counted: groups.size()})
+        spread = bool((out[counted] > 1).any())
+        for c in value_columns:
+            out[c] = groups[c].mean()
+            if spread:
+                out[f"{c} ± over {counted}"] = groups[c].agg(lambda v: v.std(ddof=0))
+        return out
+
+
+def client_fairness(history: Any, fraction: float = 0.1) -> dict[str, float]:
+    """The usual fairness row of a run's final client test accuracies (``metrics.summary``), in %,
+    under names that say what each is: a metric for :meth:`Sweep.summary`."""
+    from . import metrics
+    pct = f"{100 * fraction:.6g}"
+    names = {"mean": "mean acc (%)", "std": "std over clients (points)", f"worst{pct}%": f"worst {pct} % (%)",
+             f"best{pct}%": f"best {pct} % (%)", "p5": "5th percentile (%)", "p95": "95th percentile (%)",
+             "angle": "angle to all-ones (°)", "kl": "KL to uniform"}
+    return {names.get(k, k): v for k, v in metrics.summary(100 * history.final_acc(), fraction).items()}
 
 
 # ----------------------------------------------------------------------------- beside the paper
