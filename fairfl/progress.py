@@ -78,7 +78,7 @@ def mode() -> str:
     return "widget" if shell is not None and type(shell).__name__ == "ZMQInteractiveShell" else "text"
 
 
-def bar(total: int, desc: str, initial: int = 0, enabled: bool = True):
+def bar(total: int, desc: str, initial: int = 0, enabled: bool = True, postfix: str | None = None):
     """A tqdm bar in the way :func:`mode` says, or None when off."""
     how = mode() if enabled else "off"
     if how == "off":
@@ -86,7 +86,8 @@ def bar(total: int, desc: str, initial: int = 0, enabled: bool = True):
     if how == "widget":
         try:
             from tqdm.notebook import tqdm as notebook_tqdm
-            return notebook_tqdm(total=total, initial=initial, desc=desc, unit="round", disable=False)
+            return notebook_tqdm(total=total, initial=initial, desc=desc, unit="round", disable=False,
+                                 postfix=postfix)
         except ImportError:  # no ipywidgets: the text bar below
             pass
     import sys
@@ -95,7 +96,7 @@ def bar(total: int, desc: str, initial: int = 0, enabled: bool = True):
     # stored text of a long run short (each refresh is a line of the stored stream)
     # disable=False: mode() has read TQDM_DISABLE now; tqdm itself reads it once, when it is imported
     return text_tqdm(total=total, initial=initial, desc=desc, unit="round", file=sys.stdout, mininterval=2.0,
-                     ascii=False, dynamic_ncols=False, ncols=100, disable=False)
+                     ascii=False, dynamic_ncols=False, ncols=100, disable=False, postfix=postfix)
 
 
 class SweepProgress:
@@ -103,8 +104,13 @@ class SweepProgress:
 
     ``folders[i]`` is run i's cache entry and ``rounds[i]`` its number of rounds; the sweep calls
     :meth:`finished` for runs it knows have ended (a run found cached by a worker writes no
-    progress). :meth:`running` and :meth:`finished_count` say what was under way when a sweep is
-    interrupted."""
+    progress). :meth:`running` says how many were under way when a sweep is interrupted.
+
+    The bar's postfix says what is happening: until a run reports its first round (worker
+    processes starting, each run loading its data: up to a minute) :data:`STARTING`, then
+    ``training, k/n runs done``; at the end ``n/n runs done``."""
+
+    STARTING = "starting workers, loading data…"
 
     def __init__(self, folders: Sequence[Path], rounds: Sequence[int], enabled: bool = True, desc: str = ""):
         self.folders, self.rounds = list(folders), list(rounds)
@@ -115,7 +121,8 @@ class SweepProgress:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         n = len(self.folders)
-        self.bar = bar(sum(self.rounds), desc or f"{n} run{'s' * (n != 1)}", enabled=enabled)
+        self._postfix = self.STARTING
+        self.bar = bar(sum(self.rounds), desc or f"{n} run{'s' * (n != 1)}", enabled=enabled, postfix=self._postfix)
         self._thread = None
         if self.bar is not None:
             self._refresh()
@@ -147,16 +154,26 @@ class SweepProgress:
             return len(self.started - self.ended)
 
 
+    def _state(self) -> tuple[int, str]:
+        """Rounds done, and the postfix that says what is happening."""
+        with self._lock:
+            n, ended, started = sum(self.done), len(self.ended), len(self.started | self.ended)
+        runs = f"{ended}/{len(self.folders)} runs done"
+        if ended == len(self.folders):
+            return n, runs
+        return n, (f"training, {runs}" if started else self.STARTING)
+
     def _refresh(self) -> None:
         if self.bar is None:
             return
-        with self._lock:
-            n, ended = sum(self.done), len(self.ended)
-        self.bar.set_postfix_str(f"{ended}/{len(self.folders)} runs done", refresh=False)
-        if n >= self.bar.n:
-            self.bar.update(n - self.bar.n)     # redrawn at most every mininterval
-        else:                                   # a resumed run restarts from its checkpoint's round
+        n, postfix = self._state()
+        moved = postfix != self._postfix          # a new phase is shown at once, whatever mininterval says
+        self._postfix = postfix
+        self.bar.set_postfix_str(postfix, refresh=False)
+        if n < self.bar.n:                      # a resumed run restarts from its checkpoint's round
             self.bar.n = n
+            self.bar.refresh()
+        elif not self.bar.update(n - self.bar.n) and moved:     # update redraws at most every mininterval
             self.bar.refresh()
 
     def _watch(self) -> None:
@@ -170,7 +187,10 @@ class SweepProgress:
         if self._thread is not None:
             self._thread.join()
         self.poll()
-        self._refresh()
         if self.bar is not None:
-            self.bar.refresh()                  # the final state, whatever mininterval held back
+            # the final state drawn once, by close() (at the overall rate): drawing it here too
+            # (update, refresh) printed the last line up to three times, each with another rate
+            n, postfix = self._state()
+            self.bar.set_postfix_str(postfix, refresh=False)
+            self.bar.n = n
             self.bar.close()

@@ -47,8 +47,14 @@ def test_the_sweep_bar_ends_at_every_round_of_every_run(fmnist, tmp_path, capsys
     with (SerialBackend() if backend == "serial" else ProcessBackend(workers=2)) as b:
         run_many(configs, backend=b, root=tmp_path)
     out = capsys.readouterr().out
-    last = out.replace("\r", "\n").strip().splitlines()[-1]
+    lines = out.replace("\r", "\n").strip().splitlines()
+    last = lines[-1]
     assert last.startswith("2 runs (1 cached): 100%") and "8/8" in last and "2/2 runs done" in last, out
+    # what happens before the first round is said (workers starting, data loading), then that runs train
+    assert "0/8" in lines[0] and lines[0].endswith("starting workers, loading data…]"), out
+    assert any("training, 0/2 runs done" in line for line in lines), out
+    # the final state is drawn once (not once per refresh, each with another rate)
+    assert sum("2/2 runs done" in line for line in lines) == 1, out
     for c in configs:
         assert read(entry(c, tmp_path)) == 4
 
