@@ -18,11 +18,25 @@ import os as _os
 # (``fairfl.loop.check_reproducible`` warns where it could not be switched on).
 _os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
-from .algorithms import ALGORITHMS, Algorithm, make_algorithm, register  # noqa: E402
-from .client import LocalTraining  # noqa: E402
-from .config import ExperimentConfig  # noqa: E402
 from .errors import ConfigError, DatasetNotFoundError, FairFLError, RunFailedError, TrainingDivergedError  # noqa: E402
-from .partition import PartitionSpec  # noqa: E402
+
+# The package's names load on first use (PEP 562), so that `import fairfl` and `python -m fairfl
+# --help` do not wait for torch; `fairfl.ExperimentConfig` and `from fairfl import ...` work as usual.
+_LAZY = {"ALGORITHMS": "algorithms", "Algorithm": "algorithms", "make_algorithm": "algorithms", "register": "algorithms",
+         "LocalTraining": "client", "ExperimentConfig": "config", "PartitionSpec": "partition"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'fairfl' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
@@ -45,14 +47,20 @@ def results_folder(root: Path | str | None = None) -> Path:
     return root
 
 
-def key(config: ExperimentConfig) -> str:
+# The data fingerprints, remembered with the stamps of the files they were computed from
+# (``fairfl.data.base.fingerprint``): a cached run is then read without loading its data.
+FINGERPRINTS = ".fingerprints"
+
+
+def key(config: ExperimentConfig, root: Path | str | None = None) -> str:
     """The entry's name: the config's canonical key and the fingerprint of its data."""
-    data = fingerprint(config.dataset, config.dataset_options)
+    memo = Path(root if root is not None else results_root()) / FINGERPRINTS
+    data = fingerprint(config.dataset, config.dataset_options, memo=memo)
     return hashlib.sha256(f"{config.key()}:{data}".encode()).hexdigest()[:16]
 
 
 def entry(config: ExperimentConfig, root: Path | str | None = None) -> Path:
-    return Path(root if root is not None else results_root()) / key(config)
+    return Path(root if root is not None else results_root()) / key(config, root)
 
 
 def is_cached(config: ExperimentConfig, root: Path | str | None = None) -> bool:
@@ -91,6 +99,66 @@ def prepare(config: ExperimentConfig, root: Path | str | None = None) -> Path:
     atomic_write(d / "config.json", lambda p: Path(p).write_text(json.dumps(config.to_dict(), indent=1)))
     atomic_write(d / VERSION_FILE, lambda p: Path(p).write_text(json.dumps({"cache_version": CACHE_VERSION})))
     return d
+
+
+# ----------------------------------------------------------------------------- one trainer per entry
+
+LOCK = ".training.lock"
+
+
+class Claim:
+    """The right to train into an entry folder: an exclusive ``flock`` on its lock file, held by
+    one process at a time, so that two processes asked for one run (two notebooks, two
+    ``fairfl run`` on one results folder) never train it twice: one trains, the other waits and
+    then reads the result. The lock goes with its process, so a killed trainer leaves no stale lock:
+    the next one resumes from the checkpoint it left. The holder writes its pid into the file for
+    the message of those who wait."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self._fd: int | None = None
+
+    def take(self, wait: bool) -> bool:
+        """Take the claim; without ``wait``, False when another process holds it."""
+        import fcntl
+        fd = os.open(self.folder / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        except BaseException:       # Ctrl-C while waiting
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+        return True
+
+    def holder(self) -> str:
+        try:
+            pid = (self.folder / LOCK).read_text().strip()
+        except OSError:
+            pid = ""
+        return f"pid {pid}" if pid else "pid unknown"
+
+    def wait(self, label: str) -> None:
+        """Take the claim, waiting for the process that holds it (said once, on stderr)."""
+        if not self.take(wait=False):
+            print(f"{label}: being trained by another process ({self.holder()}) into {self.folder}; waiting for it "
+                  "(its result is read when it ends)", file=sys.stderr, flush=True)
+            self.take(wait=True)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "Claim":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 def store(history: History, folder: Path) -> None:
@@ -138,4 +206,4 @@ def checked_load(config: ExperimentConfig, root: Path | str | None = None) -> Hi
 
 
 __all__ = ["results_folder", "key", "entry", "is_cached", "load", "checked_load", "prepare", "store", "discard",
-           "pack", "receive", "FairFLError"]
+           "pack", "receive", "Claim", "FairFLError"]

@@ -1,4 +1,4 @@
-"""``python -m fairfl``: data / run / reproduce / results / list."""
+"""python -m fairfl: data / run / reproduce / results / list."""
 from __future__ import annotations
 
 import argparse
@@ -7,8 +7,9 @@ import sys
 import time
 from pathlib import Path
 
+# Only light modules here: `python -m fairfl --help` must not wait for torch. Each command imports
+# what it needs.
 from .claims import PROFILES
-from .config import parse_setting_value, set_dotted
 
 
 def _cmd_data(args) -> int:
@@ -25,19 +26,46 @@ def _cmd_data(args) -> int:
     return 0
 
 
+def import_modules(items: list[str]) -> None:
+    """``--import``: modules that register algorithms of your own (``@register`` runs on import),
+    by module name (importable from here) or as a path to a ``.py`` file. A file's folder is put
+    on ``sys.path`` and the file imported by its name, so that worker processes, which import an
+    algorithm's module by name, find it too."""
+    import importlib
+    from .errors import ConfigError
+    for item in items:
+        path = Path(item)
+        if item.endswith(".py"):
+            if not path.is_file():
+                raise ConfigError(f"--import {item}: no such file")
+            folder = str(path.resolve().parent)
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
+            name = path.stem
+        else:
+            if "" not in sys.path and os.getcwd() not in sys.path:   # `python -m` has the cwd; a console script not
+                sys.path.insert(0, os.getcwd())
+            name = item
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ConfigError(f"--import {item}: {e}") from None
+
+
 def _cmd_run(args) -> int:
-    from .config import ExperimentConfig
+    from .config import ExperimentConfig, parse_setting_value, set_dotted
     from .errors import ConfigError
     from .sweeps import run, run_dir
     from . import metrics
 
+    import_modules(args.imports or [])
     base = ExperimentConfig.from_yaml(args.config).to_dict() if args.config else ExperimentConfig().to_dict()
     for item in args.set or []:
         if "=" not in item:
             raise ConfigError(f"--set takes KEY=VALUE (e.g. local.lr=0.1), got {item!r}")
         k, v = item.split("=", 1)
         set_dotted(base, k, parse_setting_value(v))
-    if args.device:
+    if args.device is not None:
         base["device"] = args.device
     cfg = ExperimentConfig.from_dict(base).validate()
     t0 = time.time()
@@ -62,18 +90,17 @@ def notebook_paths(names: list[str]) -> list[Path]:
             continue
         match = [p for p in all_nbs if p.stem == Path(n).stem or p.name.startswith(n)]
         if not match:
-            raise SystemExit(f"no notebook matches {n!r}; have: {', '.join(p.name for p in all_nbs)}")
+            from .errors import ConfigError
+            raise ConfigError(f"no notebook matches {n!r}; have: {', '.join(p.name for p in all_nbs)}")
         out += match
     return out
 
 
-# Measured wall time of each notebook per profile on the project machine (2 cores, no GPU), in
-# seconds: what `reproduce` announces, and the README's table. quick: a fresh-clone `make figures`
-# on 2026-11-23 (sweep engine, commit ede32e2) for 00 and 02; 01 at 5 seeds, 2.5 x its 2-seed
-# time; 03-05 by `reproduce 03 04 05 --profile quick` from an empty results folder on the idle
-# machine, 2026-11-24 (commit 4502a33). smoke: `reproduce --profile smoke` on 2026-11-23 (commit
-# d5f1b5c) while other jobs loaded both cores (load 8-14), so an idle machine is faster. A missing
-# entry is not measured.
+# Measured wall time of each notebook per profile, in seconds, on the project machine: 2 CPU cores,
+# no GPU (quick: from an empty results folder on the idle machine; smoke: with other jobs loading
+# both cores, so an idle machine is faster). What `reproduce` announces, and the README's table;
+# how each was measured is in benchmarks/README.md. A missing entry is not measured.
+MEASURED_ON = "2 CPU cores, no GPU"
 NOTEBOOK_SECONDS: dict[tuple[str, str], float] = {
     ("00", "smoke"): 19, ("01", "smoke"): 31, ("02", "smoke"): 66, ("03", "smoke"): 11, ("04", "smoke"): 28,
     ("05", "smoke"): 18,
@@ -82,16 +109,19 @@ NOTEBOOK_SECONDS: dict[tuple[str, str], float] = {
 }
 
 
-def expected_time(notebook: str, profile: str) -> str:
-    """"about 4 min" from :data:`NOTEBOOK_SECONDS`, or "not measured"."""
+def expected_time(notebook: str, profile: str, device: str = "cpu") -> str:
+    """"about 4 min on 2 CPU cores, no GPU" from :data:`NOTEBOOK_SECONDS`, or "not measured"."""
     seconds = NOTEBOOK_SECONDS.get((notebook[:2], profile))
     if seconds is None:
         return "not measured"
-    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.0f} min"
+    if device.startswith("cuda"):
+        return "not measured on a GPU"
+    return (f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.0f} min") + f" on {MEASURED_ON}"
 
 
 def _parameters(items: list[str]) -> dict:
     """``-p KEY=VALUE`` (VALUE as JSON when it parses, else a string) for the parameters cell."""
+    from .config import parse_setting_value
     from .errors import ConfigError
     out = {}
     for item in items:
@@ -104,30 +134,107 @@ def _parameters(items: list[str]) -> dict:
     return out
 
 
+def check_parameters(notebooks: list[Path], parameters: dict) -> None:
+    """Every ``-p`` name must be a parameter of every notebook it is given to: papermill only warns
+    about an unknown one (``-p round=2`` for ``rounds``) and the notebook runs with its defaults."""
+    import difflib
+    from papermill import inspect_notebook
+    from .errors import ConfigError
+    for nb in notebooks:
+        have = list(inspect_notebook(str(nb)))
+        if not have:
+            raise ConfigError(f"{nb.name} has no cell tagged 'parameters', so -p cannot reach it")
+        for key in parameters:
+            if key not in have:
+                close = difflib.get_close_matches(key, have, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"-p {key}=...: {nb.name} has no parameter {key!r}{hint} "
+                                  f"(its parameters: {', '.join(have)})")
+
+
 def _profile(args) -> str:
-    """An explicit --profile beats $FAIRFL_PROFILE (which is then not handed to the kernels, whose
-    notebooks would otherwise prefer it); without --profile, $FAIRFL_PROFILE, else quick."""
+    """One rule: what is given explicitly beats the environment. An explicit --profile beats
+    $FAIRFL_PROFILE (the notebook is handed the profile as a parameter, which beats the
+    environment in the kernel too); without --profile, $FAIRFL_PROFILE, else quick."""
     from .errors import ConfigError
     env = os.environ.get("FAIRFL_PROFILE")
     if env is not None and env not in PROFILES:
         raise ConfigError(f"FAIRFL_PROFILE={env!r} is not one of {', '.join(PROFILES)}")
     if args.profile is None:
         return env or "quick"
-    if env is not None:
-        if env != args.profile:
-            print(f"--profile {args.profile} beats FAIRFL_PROFILE={env} from the environment")
-        del os.environ["FAIRFL_PROFILE"]
+    if env is not None and env != args.profile:
+        print(f"--profile {args.profile} beats FAIRFL_PROFILE={env} from the environment")
     return args.profile
 
 
+# The kernel is this machine's own child on the loopback: its start-up warning that it "is running
+# over TCP without encryption" says nothing a user of `reproduce` can act on, and it came before
+# every notebook. Only the kernel application's own log is quieted; the notebook's output and its
+# errors are not.
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
+
+
+class _Interrupt:
+    """Ctrl-C during `reproduce`: the first one interrupts the notebook's kernel (jupyter_client
+    starts it in a session of its own, so the terminal's Ctrl-C does not reach it), whose running
+    cell stops as Ctrl-C stops it in JupyterLab: a sweep keeps its finished runs and checkpoints
+    (``fairfl.sweeps``) and papermill ends with the cell's error, in one piece. A second Ctrl-C
+    stops at once. Either way `reproduce` prints one line and keeps the last good notebook."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self.kernels: list = []
+
+    def kernel_manager_class(self):
+        from jupyter_client.manager import AsyncKernelManager
+        kernels = self.kernels
+
+        class Tracked(AsyncKernelManager):
+            def __init__(self, *a, **kw):
+                super().__init__(*a, **kw)
+                kernels.append(self)
+        return Tracked
+
+    def __enter__(self) -> "_Interrupt":
+        import signal
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import signal
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum, frame) -> None:
+        import signal
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+        for km in self.kernels:
+            pid = getattr(getattr(km, "provisioner", None), "pid", None)
+            if pid is not None:
+                try:
+                    os.killpg(os.getpgid(pid), signal.SIGINT)
+                except OSError:       # the kernel has just ended
+                    pass
+
+    def before_cell(self, **_) -> None:
+        """papermill's hook before each cell: nothing more runs once Ctrl-C was pressed (it may come
+        while the kernel starts or between two cells, when no cell is there to interrupt)."""
+        if self.asked:
+            raise KeyboardInterrupt
+
+
 def _cmd_reproduce(args) -> int:
-    import papermill as pm
     from .claims import summary
     from .paths import outputs_root
 
     parameters = _parameters(args.p or [])
     profile = _profile(args)
-    if args.device:          # checked now, then handed to the kernels (fairfl.notebook.start reads it)
+    notebooks = notebook_paths(args.notebooks)
+    if parameters:
+        check_parameters(notebooks, parameters)
+    device = "cpu"
+    if args.device is not None:   # checked now, then handed to the kernels (fairfl.notebook.start reads it)
         from .config import ExperimentConfig
         from .engine import resolve_device
         device = ExperimentConfig(device=args.device).device
@@ -142,39 +249,83 @@ def _cmd_reproduce(args) -> int:
             os.environ["FAIRFL_RAY_ADDRESS"] = args.address
     # the kernels' progress bars as text: a widget has no state in the executed notebook (fairfl.progress)
     os.environ.setdefault("FAIRFL_PROGRESS", "text")
-    out_dir = Path(args.output or outputs_root()) / profile
+    import papermill as pm
+    # A run with -p explores: its executed notebooks go beside the reproduced ones, never over them.
+    out_dir = Path(args.output or outputs_root()) / profile / ("explore" if parameters else "")
     out_dir.mkdir(parents=True, exist_ok=True)
     failures = 0
-    for nb in notebook_paths(args.notebooks):
-        t0 = time.time()
-        target = out_dir / nb.name
-        claims_file = out_dir / f"{nb.stem}.claims.json"
-        claims_file.unlink(missing_ok=True)
-        os.environ["FAIRFL_CLAIMS_FILE"] = str(claims_file)  # the kernel inherits it (fairfl.claims)
-        given = "".join(f" {k}={v!r}" for k, v in parameters.items())
-        print(f"start   {nb.name:<40} {time.strftime('%H:%M:%S')}  {profile}{given}; expected "
-              f"{expected_time(nb.name, profile) if not parameters else 'not measured (parameters changed)'}",
-              flush=True)
-        try:
-            # the kernel's output is streamed here as it comes (progress bars, the claims' verdicts)
-            stream = {} if args.quiet else {"log_output": True, "stdout_file": sys.stdout, "stderr_file": sys.stderr}
-            pm.execute_notebook(str(nb), str(target), parameters={"profile": profile, **parameters},
-                                kernel_name=args.kernel, progress_bar=False, cwd=str(nb.parent), **stream)
-            print(f"ok      {nb.name:<40} {time.time() - t0:7.1f} s  {summary(claims_file)}  -> {target}")
-        except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
-            failures += 1
-            msg = str(e).strip().splitlines()
-            print(f"FAILED  {nb.name:<40} {time.time() - t0:7.1f} s  {msg[-1] if msg else type(e).__name__}"
-                  f"  (see {target})")
-        finally:
-            os.environ.pop("FAIRFL_CLAIMS_FILE", None)
+    with _Interrupt() as interrupt:
+        for nb in notebooks:
+            status = _reproduce_one(nb, out_dir, profile, parameters, device, args, interrupt)
+            if status == "interrupted":
+                return 130
+            failures += status == "failed"
     return 1 if failures else 0
+
+
+def _reproduce_one(nb: Path, out_dir: Path, profile: str, parameters: dict, device: str, args,
+                   interrupt: _Interrupt) -> str:
+    """Execute one notebook into ``out_dir``; "ok", "failed" or "interrupted", with one line said.
+    papermill writes the executed notebook after every cell: into a partial file, which replaces
+    the last good one only when the notebook has run to its end; a failed or interrupted one is
+    kept beside it as ``<name>.failed.ipynb``."""
+    import papermill as pm
+    from .claims import summary
+    t0 = time.time()
+    target = out_dir / nb.name
+    failed = out_dir / f"{nb.stem}.failed.ipynb"
+    partial = out_dir / f".{nb.stem}.partial.ipynb"
+    claims_file = out_dir / f"{nb.stem}.claims.json"
+    claims_file.unlink(missing_ok=True)
+    os.environ["FAIRFL_CLAIMS_FILE"] = str(claims_file)  # the kernel inherits it (fairfl.claims)
+    given = "".join(f" {k}={v!r}" for k, v in parameters.items())
+    expected = expected_time(nb.name, profile, device) if not parameters else "not measured (parameters changed)"
+    print(f"start   {nb.name:<40} {time.strftime('%H:%M:%S')}  {profile}{given}; expected {expected}", flush=True)
+    error = None
+    try:
+        # the kernel's output is streamed here as it comes (progress bars, the claims' verdicts)
+        stream = {} if args.quiet else {"log_output": True, "stdout_file": sys.stdout, "stderr_file": sys.stderr}
+        pm.execute_notebook(str(nb), str(partial), parameters={"profile": profile, **parameters},
+                            kernel_name=args.kernel, progress_bar=False, cwd=str(nb.parent),
+                            extra_arguments=KERNEL_ARGUMENTS, kernel_manager_class=interrupt.kernel_manager_class(),
+                            on_cell_start=interrupt.before_cell, **stream)
+    except KeyboardInterrupt:
+        interrupt.asked = True
+    except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
+        lines = str(e).strip().splitlines()
+        error = lines[-1] if lines else type(e).__name__
+    finally:
+        os.environ.pop("FAIRFL_CLAIMS_FILE", None)
+    seconds = time.time() - t0
+    if interrupt.asked:
+        _keep_partial(partial, failed)
+        kept = f"the last good one is kept at {target}" if target.is_file() else "there is no earlier executed one"
+        print(f"\ninterrupted  {nb.name} after {seconds:.1f} s: finished runs stay cached and a run stopped at its "
+              f"checkpoint resumes when you run it again; {kept}", flush=True)
+        return "interrupted"
+    if error is not None:
+        _keep_partial(partial, failed)
+        print(f"FAILED  {nb.name:<40} {seconds:7.1f} s  {error}  (see {failed if failed.is_file() else target})")
+        return "failed"
+    os.replace(partial, target)
+    failed.unlink(missing_ok=True)
+    print(f"ok      {nb.name:<40} {seconds:7.1f} s  {summary(claims_file)}  -> {target}")
+    return "ok"
+
+
+def _keep_partial(partial: Path, failed: Path) -> None:
+    """A failed or interrupted notebook is kept as ``<name>.failed.ipynb``, beside the last good one."""
+    if partial.is_file():
+        os.replace(partial, failed)
 
 
 def _cmd_results(args) -> int:
     from .index import format_table, human_size, prune, rows
     from .paths import results_root
     root = Path(args.root) if args.root else results_root()
+    if root.exists() and not root.is_dir():
+        from .errors import ConfigError
+        raise ConfigError(f"--root {root} is a file, not a results folder")
     table = rows(root, args.where or [])             # a bad --where is named before anything is removed
     if args.prune:
         removed = prune(root)
@@ -215,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
                         "--set algorithm.decay=0.1 --set local.lr=0.1")
     r.add_argument("--no-cache", action="store_true", help="train even if a cached result exists")
     r.add_argument("--device", help="'auto', 'cpu', 'cuda' or 'cuda:N' (default: the config's, else cpu)")
+    r.add_argument("--import", dest="imports", action="append", metavar="MODULE",
+                   help="a module that registers an algorithm of your own: a module name or a path to a .py file "
+                        "(repeatable), e.g. --import my_algorithms.py")
     r.set_defaults(fn=_cmd_run)
 
     rp = sub.add_parser("reproduce", help="execute notebooks with papermill; figures go to figures/")
@@ -226,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(claims are then recorded as not checked)")
     rp.add_argument("--quiet", action="store_true", help="do not stream the notebooks' output here")
     rp.add_argument("--output", help="folder for executed notebooks (default: outputs/)")
-    rp.add_argument("--kernel", default="python3")
+    rp.add_argument("--kernel", default="python3",
+                    help="the Jupyter kernel that executes the notebooks (default: python3, this environment's)")
     rp.add_argument("--device", help="'auto', 'cpu', 'cuda' or 'cuda:N' for every run of the notebooks (default: cpu)")
     rp.add_argument("--backend", choices=("serial", "process", "ray"),
                     help="where the notebooks' sweeps run (default: worker processes on this machine; "
@@ -257,6 +412,12 @@ def main(argv: list[str] | None = None) -> int:
     except FairFLError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (`fairfl results | head`): what was printed is what was asked for.
+        # Python would report the pipe again when it flushes stdout at exit; point stdout at
+        # devnull first (the recipe of Python's documentation on SIGPIPE).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

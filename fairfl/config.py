@@ -30,6 +30,7 @@ from .data.base import canonical_options
 from .errors import ConfigError
 from .models import model_options
 from .partition import PartitionSpec
+from .seeding import MAX_SEED
 from .validation import option, validate_options
 
 # Bump when a change of the code changes what a config computes, so that no stale result is read.
@@ -58,7 +59,7 @@ class ExperimentConfig:
     participation: float = option(0.1, low=0.0, high=1.0, low_open=True, doc="share of clients sampled per round")
     clients_per_round: int | None = option(None, low=1, doc="overrides participation when set")
     eval_every: int = option(10, low=1)
-    seed: int = option(0, low=0, doc="training seed (the partition has its own)")
+    seed: int = option(0, low=0, high=MAX_SEED, doc="training seed (the partition has its own)")
     batched: bool = option(True, doc="train a round's clients together (False: the reference loop)")
     track_improved: bool = option(True, doc="share of participants whose loss did not increase")
     checkpoint_every: int = option(50, low=1)
@@ -168,9 +169,12 @@ class ExperimentConfig:
         import yaml
         path = Path(path)
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as e:
             raise ConfigError(f"config file {path}: {e.strerror or e}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"config file {path} is not a text file (not UTF-8): give a YAML file of "
+                              "ExperimentConfig fields") from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:

@@ -190,7 +190,8 @@ def load_checkpoint(folder: Path, config: ExperimentConfig) -> RunState | None:
                         {int(k): state_from_plain(algo.ClientState, v) for k, v in blob["clients"].items()},
                         History.from_state(blob["history"]), blob.get("iterate_sum"))
     except Exception as e:  # noqa: BLE001 - any failure to read it means the same: it cannot be resumed from
-        warnings.warn(f"checkpoint {path} is unreadable ({type(e).__name__}: {str(e).splitlines()[0][:200]}); it is "
+        first = (str(e).splitlines() or ["an empty file" if path.stat().st_size == 0 else "no message"])[0][:200]
+        warnings.warn(f"checkpoint {path} is unreadable ({type(e).__name__}: {first}); it is "
                       "removed and the run starts again from round 0", stacklevel=2)
         path.unlink(missing_ok=True)
         return None

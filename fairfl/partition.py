@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from . import seeding
+from .seeding import MAX_SEED
 from .data.base import ArrayDataset
 from .errors import ConfigError
 from .validation import option, validate_options
@@ -272,7 +273,7 @@ class PartitionSpec:
     classes: tuple[int, ...] = option((), low=0)
     attribute_values: tuple[int, ...] = option((0, 1))
     split: tuple[float, float, float] | None = (0.8, 0.1, 0.1)
-    seed: int = option(0, low=0)
+    seed: int = option(0, low=0, high=MAX_SEED)
     samples_per_client: int | None = option(None, low=1)
     label_column: int = option(0, low=0)
     pooled: bool = option(False)

@@ -21,6 +21,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+# The largest seed (training or partition): a signed 64-bit integer, the widest that every consumer
+# of a seed takes (torch's generators refuse 2**64, JSON readers and int64 arrays past 2**63 - 1).
+# Checked when a config is validated, so a bad seed is named before any data is read.
+MAX_SEED = 2**63 - 1
+
 # Purposes of the round loop's streams (any integer; fixed forever, since changing one changes results).
 SAMPLING = 0x5A3        # which clients take part in a round
 BATCHES = 0xC11         # a client's batch order and dropout masks in a round

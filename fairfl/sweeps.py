@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from .atomic import atomic_write
-from .cache import checked_load, is_cached, pack, prepare, receive, results_folder, store
+from .cache import Claim, checked_load, is_cached, pack, prepare, receive, results_folder, store
 from .cache import load as load_entry
 from .cache import entry as cache_entry
 from .cache import key as entry_key
@@ -55,21 +55,35 @@ def run(config: ExperimentConfig, cache: bool = True, root: Path | None = None,
     """One experiment, cached (``fairfl.cache``): a good cached run is returned, an interrupted
     one resumes from its checkpoint, an unusable entry is reported and trained again."""
     config.validate()
+    check_devices([config])              # a device this machine lacks is named before any data is read
     if not cache:
         return simulate(config, progress=progress)
-    results_folder(root)                 # a results path that cannot be used is named before any data is read
+    results_folder(root)                 # so is a results path that cannot be used
     cached = checked_load(config, root)
     if cached is not None:
         return cached
     d = prepare(config, root)
-    watch = SweepProgress([d], [config.rounds], enabled=progress, desc=config.label())
-    try:
-        history = simulate(config, checkpoint_dir=d, progress=False)
-        store(history, d)
-        watch.finished([0])
-    finally:
-        watch.close()
+    with Claim(d) as claim:
+        claim.wait(config.label())       # another process training this run: its result is read
+        cached = checked_load(config, root)
+        if cached is not None:
+            return cached
+        watch = SweepProgress([d], [config.rounds], enabled=progress, desc=config.label())
+        try:
+            history = simulate(config, checkpoint_dir=d, progress=False)
+            store(history, d)
+            watch.finished([0])
+        finally:
+            watch.close()
     return history
+
+
+def check_devices(configs: Sequence[ExperimentConfig]) -> None:
+    """Each device the configs train on exists here (``fairfl.engine.resolve_device``), checked
+    before any data is read or cache entry made."""
+    from .engine import resolve_device
+    for device in sorted({c.device for c in configs}):
+        resolve_device(device)
 
 
 # ----------------------------------------------------------------------------- backends
@@ -422,12 +436,25 @@ def _worker_run_group(args: tuple[list[tuple[dict, str]], str | None]) -> list[s
     folder = Path(root) if root else None
     out: list[str | None] = [None] * len(configs)
     todo = [i for i, c in enumerate(configs) if checked_load(c, folder) is None]   # another worker may have done it
-    dirs = [prepare(configs[i], folder) for i in todo]
-    results = simulate_group([configs[i] for i in todo], dirs, progress=False,
-                             on_done=lambda j, history: store(history, dirs[j]))
-    for i, result in zip(todo, results):
-        if isinstance(result, BaseException):
-            out[i] = f"{type(result).__name__}: {result}"
+    claims = {i: Claim(prepare(configs[i], folder)) for i in todo}
+    # the runs no other process is training now train together; each of the others is waited for,
+    # then read, or trained here if that process stopped before it ended
+    busy = [i for i in todo if not claims[i].take(wait=False)]
+    try:
+        for batch in [[i for i in todo if i not in busy]] + [[i] for i in busy]:
+            for i in batch:
+                if i in busy:
+                    claims[i].wait(configs[i].label())
+            batch = [i for i in batch if checked_load(configs[i], folder) is None]
+            dirs = [claims[i].folder for i in batch]
+            results = simulate_group([configs[i] for i in batch], dirs, progress=False,
+                                     on_done=lambda j, history, dirs=dirs: store(history, dirs[j])) if batch else []
+            for i, result in zip(batch, results):
+                if isinstance(result, BaseException):
+                    out[i] = f"{type(result).__name__}: {result}"
+    finally:
+        for claim in claims.values():
+            claim.release()
     return out
 
 
@@ -475,7 +502,7 @@ def _worker_ship_group(group: ShippedGroup) -> list[tuple[str | None, str, dict[
         files = pack(d) if error is None else None
         if error is None:
             shutil.rmtree(d, ignore_errors=True)
-        out.append((error, entry_key(c), files))
+        out.append((error, entry_key(c, root), files))
     return out
 
 
@@ -494,7 +521,7 @@ def _receive(config: ExperimentConfig, shipped: tuple[str | None, str, dict[str,
     error, key, files = shipped
     if error is not None:
         return error
-    if key != entry_key(config):
+    if key != entry_key(config, root):
         return ("the worker's data or fairfl differ from this machine's (its cache key is another): give every "
                 "node the same data files and fairfl version")
     try:
@@ -587,6 +614,7 @@ def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None
     The process backend spawns its workers: from a Python *script* (not a notebook), call
     ``run_many`` under ``if __name__ == "__main__":``, or every worker re-runs the script."""
     configs = [c.validate() for c in configs]
+    check_devices(configs)
     results_folder(root)
     own = backend is None   # a pool made for this call only is closed after it
     device = "cuda" if any(c.device_type == "cuda" for c in configs) else "cpu"

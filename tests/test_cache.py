@@ -233,3 +233,110 @@ def test_a_failed_write_names_the_file(tmp_path, monkeypatch):
     with pytest.raises(WriteError, match=f"cannot write {tmp_path / 'x.json'}: No space left on device"):
         fairfl.atomic.atomic_write(tmp_path / "x.json", lambda p: p.write_text("{}"))
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+# ----------------------------------------------------------------------------- reading without the data
+
+def _handmade_mnist(folder, seed: int):
+    """Full MNIST has no recorded checksum here, so a hand-made copy in the idx format stands in."""
+    raw = folder / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+
+    def idx(name, array):
+        header = bytes([0, 0, 8, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
+        (raw / name).write_bytes(header + array.astype(np.uint8).tobytes())
+    idx("train-images-idx3-ubyte", rng.integers(0, 256, (200, 28, 28)))
+    idx("train-labels-idx1-ubyte", rng.integers(0, 10, 200))
+    idx("t10k-images-idx3-ubyte", rng.integers(0, 256, (50, 28, 28)))
+    idx("t10k-labels-idx1-ubyte", rng.integers(0, 10, 50))
+    return raw
+
+
+MNIST_CFG = ExperimentConfig(dataset="mnist", model="logreg", partition=PartitionSpec("iid", num_clients=4), rounds=1,
+                             participation=0.5, local=LocalTraining(batch_size=20))
+
+
+def _new_process(monkeypatch):
+    """The memos of loaded datasets and fingerprints start empty, as in a new process."""
+    import fairfl.data.base as base
+    monkeypatch.setattr(base, "_CACHE", {})
+    monkeypatch.setattr(base, "_FINGERPRINTS", {})
+
+
+def _loads_counted(monkeypatch) -> list:
+    """Count the calls of the MNIST loader (the real one runs)."""
+    import fairfl.data.base as base
+    calls = []
+    real = base.LOADERS["mnist"]
+
+    def counted(**kwargs):
+        calls.append(kwargs)
+        return real(**kwargs)
+    monkeypatch.setitem(base.LOADERS, "mnist", counted)
+    return calls
+
+
+def test_a_cached_run_is_read_without_loading_its_data(tmp_path, monkeypatch):
+    raw = _handmade_mnist(tmp_path / "data", 0)
+    monkeypatch.setenv("FAIRFL_DATA", str(tmp_path / "data"))
+    root = tmp_path / "results"
+    _new_process(monkeypatch)
+    calls = _loads_counted(monkeypatch)
+    trained = run(MNIST_CFG, root=root, progress=False)
+    assert len(calls) == 1
+    _new_process(monkeypatch)                                   # a re-plot, in a new kernel
+    assert run(MNIST_CFG, root=root, progress=False).train_loss == trained.train_loss
+    assert len(calls) == 1                                      # read from the cache, the data not loaded
+    # a data file whose stamp changed is read again, and other bytes are another entry
+    data = bytearray((raw / "t10k-images-idx3-ubyte").read_bytes())
+    data[-1] ^= 0xFF
+    (raw / "t10k-images-idx3-ubyte").write_bytes(bytes(data))
+    _new_process(monkeypatch)
+    assert not cache.is_cached(MNIST_CFG, root) and len(calls) == 2
+    # so is a file put into the data root after the load (a loader may prefer it to what it read)
+    _new_process(monkeypatch)
+    before = cache.key(MNIST_CFG, root)
+    assert len(calls) == 2
+    (tmp_path / "data" / "MNIST" / "notes.txt").write_text("a file a loader might prefer")
+    assert cache.key(MNIST_CFG, root) == before and len(calls) == 3   # loaded again: same data, same key
+
+
+def test_pointing_fairfl_data_elsewhere_in_one_process_is_other_data(tmp_path, monkeypatch):
+    _handmade_mnist(tmp_path / "a", 0)
+    _handmade_mnist(tmp_path / "b", 1)
+    root = tmp_path / "results"
+    _new_process(monkeypatch)
+    monkeypatch.setenv("FAIRFL_DATA", str(tmp_path / "a"))
+    run(MNIST_CFG, root=root, progress=False)
+    monkeypatch.setenv("FAIRFL_DATA", str(tmp_path / "b"))     # the same process, no memo cleared
+    assert not cache.is_cached(MNIST_CFG, root)
+    monkeypatch.setenv("FAIRFL_DATA", str(tmp_path / "a"))
+    assert cache.is_cached(MNIST_CFG, root)
+
+
+def test_an_empty_checkpoint_restarts_the_run_and_is_replaced(tmp_path):
+    folder = cache.prepare(CFG, tmp_path)
+    (folder / CHECKPOINT).write_bytes(b"")                     # a disk that filled up, say
+    h, messages = quiet_run(CFG, tmp_path)
+    assert h.rounds_done == CFG.rounds
+    assert any("is unreadable" in m and "an empty file" in m for m in messages), messages
+    assert cache.is_cached(CFG, tmp_path)
+
+
+def test_a_sweep_waits_for_a_run_another_process_has_claimed(tmp_path, capfd):
+    """The other process holds the run's claim for a while and ends without a result (killed, say):
+    the sweep trains its other run meanwhile, then waits, then trains that run itself."""
+    import subprocess
+    import sys
+    other = CFG.replace(seed=1)
+    folder = cache.prepare(CFG, tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom fairfl.cache import Claim\n"
+                               f"Claim(sys.argv[1]).take(wait=True)\nprint('held', flush=True)\ntime.sleep(4)",
+                               str(folder)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    out = run_many([CFG, other], backend=SerialBackend(), root=tmp_path, progress=False)
+    holder.wait(timeout=60)
+    assert all(h is not None and h.rounds_done == 2 for h in out)
+    err = capfd.readouterr().err
+    assert f"being trained by another process (pid {holder.pid}) into {folder}; waiting" in err

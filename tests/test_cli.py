@@ -123,7 +123,9 @@ def test_reproduce_an_explicit_profile_beats_the_environment_and_parameters_reac
     assert "--profile quick beats FAIRFL_PROFILE=smoke" in r.stdout
     assert "start   96_params.ipynb" in r.stdout and "expected not measured (parameters changed)" in r.stdout
     assert "resolved quick rounds 10" in r.stdout                     # the kernel's output, streamed here
-    executed = nbformat.read(out / "quick" / "96_params.ipynb", as_version=4)
+    # an exploration (-p) goes beside the reproduced notebooks, not over them
+    assert not (out / "quick" / "96_params.ipynb").exists()
+    executed = nbformat.read(out / "quick" / "explore" / "96_params.ipynb", as_version=4)
     assert "resolved quick rounds 10" in executed.cells[-1].outputs[0].text
     assert not (out / "smoke").exists()
     r = _reproduce(str(path), "--output", str(out), env=_env_with_progress(tmp_path, FAIRFL_PROFILE="smoke"))
@@ -143,12 +145,189 @@ def test_tour_with_changed_parameters_runs_to_the_end_with_claims_not_checked(tm
                    "--output", str(out), env=_env_with_progress(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "claims: 3 not checked (parameters overridden)" in r.stdout
-    verdicts = json.loads((out / "quick" / "00_tour.claims.json").read_text())
+    verdicts = json.loads((out / "quick" / "explore" / "00_tour.claims.json").read_text())
     assert verdicts["overridden"] == {"rounds": [100, 2], "seeds": [[0, 1], [0]]}
-    executed = nbformat.read(out / "quick" / "00_tour.ipynb", as_version=4)
+    executed = nbformat.read(out / "quick" / "explore" / "00_tour.ipynb", as_version=4)
     streams = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []) if o.output_type == "stream")
     last_bar = [line for line in streams.replace("\r", "\n").splitlines() if "round" in line and "%|" in line][-1]
     assert last_bar.startswith("2 runs: 100%") and "4/4" in last_bar, last_bar
     widgets = [o for c in executed.cells for o in c.get("outputs", []) if "application/vnd.jupyter.widget-view+json"
                in o.get("data", {})]
     assert not widgets, "a widget bar has no state in an executed notebook"
+
+
+# ----------------------------------------------------------------------------- a first afternoon
+
+def _sleeping_notebook(path: Path) -> Path:
+    """A notebook that trains a real run long enough to be interrupted; ROUNDS from the environment
+    (so that the same notebook, unchanged, has a short good run and a long interrupted one)."""
+    body = ("import os\n"
+            "from fairfl import ExperimentConfig, PartitionSpec, LocalTraining\n"
+            "from fairfl.sweeps import SerialBackend, run_many\n"
+            "cfg = ExperimentConfig(dataset='adult', model='logreg', rounds=int(os.environ['ROUNDS']),\n"
+            "                       partition=PartitionSpec('attribute', num_clients=2, attribute_values=(0, 1), split=None),\n"
+            "                       local=LocalTraining(batch_size=10, lr=0.01), eval_every=1)\n"
+            "print('training', flush=True)\n"
+            "run_many([cfg], backend=SerialBackend())\n"
+            "print('trained')")
+    return _notebook(path, body)
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_reproduce_says_one_line_and_keeps_the_last_good_notebook(tmp_path):
+    import signal
+    nb = _sleeping_notebook(tmp_path / "95_long.ipynb")
+    out = tmp_path / "out"
+    env = {**_env_with_progress(tmp_path), "FAIRFL_RESULTS": str(tmp_path / "results"), "ROUNDS": "1"}
+    r = _reproduce(str(nb), "--profile", "quick", "--output", str(out), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    good = (out / "quick" / "95_long.ipynb").read_bytes()
+    assert b"trained" in good
+    p = subprocess.Popen([sys.executable, "-m", "fairfl", "reproduce", str(nb), "--profile", "quick", "--output",
+                          str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={**env, "ROUNDS": "100000"}, start_new_session=True)
+    lines = []
+    for line in p.stdout:
+        lines.append(line)
+        if line.startswith("training"):
+            import time
+            time.sleep(3)                        # into the run's first rounds
+            os.killpg(p.pid, signal.SIGINT)      # what the terminal's Ctrl-C does
+    assert p.wait(timeout=120) == 130
+    text = "".join(lines)
+    assert "Traceback" not in text and "Task exception" not in text, text
+    said = [line for line in lines if line.startswith("interrupted")]
+    assert len(said) == 1 and f"kept at {out / 'quick' / '95_long.ipynb'}" in said[0], text
+    assert "ok " not in text and "FAILED" not in text
+    assert (out / "quick" / "95_long.ipynb").read_bytes() == good           # the last good one, untouched
+    failed = nbformat.read(out / "quick" / "95_long.failed.ipynb", as_version=4)
+    errors = [o for c in failed.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert errors and "Interrupt" in errors[0].ename                       # the interrupted cell, recorded
+    assert "without encryption" not in text                                # the kernel's start-up noise
+
+
+@pytest.mark.slow
+def test_a_failed_reproduce_keeps_the_last_good_notebook(tmp_path):
+    nb = _notebook(tmp_path / "94_flaky.ipynb", "import os\nassert os.environ['FLAKY'] == 'no', 'broken on purpose'\n"
+                                                 "print('fine')")
+    out = tmp_path / "out"
+    assert fairfl("reproduce", str(nb), "--output", str(out), env={"FLAKY": "no"}).returncode == 0
+    good = (out / "quick" / "94_flaky.ipynb").read_bytes()
+    r = fairfl("reproduce", str(nb), "--output", str(out), env={"FLAKY": "yes"})
+    assert r.returncode == 1 and "FAILED  94_flaky.ipynb" in r.stdout and "94_flaky.failed.ipynb" in r.stdout
+    assert (out / "quick" / "94_flaky.ipynb").read_bytes() == good
+    assert (out / "quick" / "94_flaky.failed.ipynb").is_file()
+    assert fairfl("reproduce", str(nb), "--output", str(out), env={"FLAKY": "no"}).returncode == 0
+    assert not (out / "quick" / "94_flaky.failed.ipynb").exists()          # a good run clears the failed one
+
+
+def test_an_unknown_parameter_is_refused_before_anything_runs(tmp_path):
+    out = tmp_path / "out"
+    r = fairfl("reproduce", "00", "-p", "round=2", "--output", str(out))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "00_tour.ipynb has no parameter 'round'; did you mean 'rounds'?" in r.stderr
+    assert not out.exists()
+
+
+def test_an_unknown_notebook_is_one_clear_error():
+    r = fairfl("reproduce", "99")
+    assert r.returncode == 2 and r.stderr.startswith("error: no notebook matches '99'; have: 00_tour.ipynb")
+
+
+def test_help_is_plain_text_and_needs_no_torch():
+    code = ("import sys, contextlib, io\nfrom fairfl.cli import main\nout = io.StringIO()\n"
+            "for argv in (['--help'], ['reproduce', '--help'], ['run', '--help']):\n"
+            "    with contextlib.redirect_stdout(out):\n"
+            "        try:\n            main(argv)\n        except SystemExit:\n            pass\n"
+            "print('torch' in sys.modules)\nprint(out.getvalue())")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    imported, text = r.stdout.split("\n", 1)
+    assert imported == "False"                      # what made --help take seconds
+    assert "``" not in text and "--kernel KERNEL" in text and "Jupyter kernel" in text and "--import" in text
+
+
+def test_results_into_a_closed_pipe_ends_quietly(tmp_path):
+    p = subprocess.Popen([sys.executable, "-m", "fairfl", "results", "--root", str(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()                                 # `| head` that has read what it wanted
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--device", ""], "device='' is not allowed"),
+    (["run", "--set", "seed=18446744073709551616"], "seed=18446744073709551616 is not allowed"),
+    (["run", "--set", "partition.seed=-1"], "seed=-1 is not allowed"),
+    (["run", "--device", "cuda:9"], "device='cuda:9'"),
+])
+def test_bad_values_are_named_before_any_data_is_read(tmp_path, args, message):
+    results = tmp_path / "results"
+    r = fairfl(*args, "--set", "dataset=adult", "--set", "model=logreg", env={"FAIRFL_RESULTS": str(results)})
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not results.exists() or not any(results.iterdir())                # no entry, no fingerprint
+
+
+def test_a_binary_config_file_and_a_file_as_results_root_are_named(tmp_path):
+    binary = tmp_path / "exp.yaml"
+    binary.write_bytes(bytes(range(256)))
+    r = fairfl("run", "--config", str(binary))
+    assert r.returncode == 2 and f"config file {binary} is not a text file" in r.stderr, r.stderr
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("not a folder")
+    r = fairfl("results", "--root", str(a_file))
+    assert r.returncode == 2 and f"{a_file} is a file, not a results folder" in r.stderr, r.stdout + r.stderr
+
+
+_OWN_ALGORITHM = '''
+from dataclasses import dataclass
+from fairfl.algorithms import Algorithm, option, register
+from fairfl.messages import Aggregate
+
+
+@register
+@dataclass(frozen=True)
+class TrimmedMean(Algorithm):
+    name = "trimmed_mean"
+    trim: int = option(1, low=0)
+
+    def aggregate(self, reports, state, ctx):
+        g = reports.updates.sort(dim=0).values
+        return Aggregate(g[self.trim: reports.m - self.trim].mean(dim=0), state, {})
+'''
+
+
+@pytest.mark.slow
+def test_run_imports_the_users_own_algorithm(tmp_path):
+    (tmp_path / "my_algorithms.py").write_text(_OWN_ALGORITHM)
+    cfg = tmp_path / "my.yaml"
+    cfg.write_text("dataset: adult\nmodel: logreg\nalgorithm: {name: trimmed_mean, trim: 1}\nrounds: 1\n"
+                   "participation: 1.0\npartition: {scheme: iid, num_clients: 4}\nlocal: {batch_size: 500}\n")
+    env = {"FAIRFL_RESULTS": str(tmp_path / "results")}
+    r = fairfl("run", "--config", str(cfg), env=env, cwd=tmp_path)
+    assert r.returncode == 2 and "--import" in r.stderr                      # the error says what to do
+    r = fairfl("run", "--config", str(cfg), "--import", str(tmp_path / "my_algorithms.py"), env=env)
+    assert r.returncode == 0 and "trimmed_mean" in r.stdout, r.stderr
+    r = fairfl("run", "--config", str(cfg), "--import", "my_algorithms", env=env, cwd=tmp_path)
+    assert r.returncode == 0 and "1 rounds in" in r.stdout, r.stderr           # by module name: cached now
+    r = fairfl("run", "--config", str(cfg), "--import", "no_such_module", env=env, cwd=tmp_path)
+    assert r.returncode == 2 and "--import no_such_module" in r.stderr
+
+
+@pytest.mark.slow
+def test_two_processes_asked_for_one_run_train_it_once(tmp_path):
+    env = {**os.environ, "FAIRFL_RESULTS": str(tmp_path / "results"), "TQDM_DISABLE": "1"}
+    args = [sys.executable, "-m", "fairfl", "run", "--set", "dataset=adult", "--set", "model=logreg",
+            "--set", "rounds=600"]
+    first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    import time
+    deadline = time.time() + 120
+    while not list((tmp_path / "results").glob("*/.training.lock")) and time.time() < deadline:
+        time.sleep(0.1)                                     # the first one has claimed the run
+    second = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    out1, err1 = first.communicate(timeout=600)
+    assert first.returncode == 0 and second.returncode == 0, err1 + second.stderr
+    assert f"being trained by another process (pid {first.pid})" in second.stderr, second.stderr
+    assert "being trained" not in err1
+    # one result, the same for both
+    assert out1.split(": ", 1)[1].split(";")[1] == second.stdout.split(": ", 1)[1].split(";")[1]

@@ -209,7 +209,8 @@ def make_algorithm(spec: Any) -> Algorithm:
     name = options.pop("name")
     cls = ALGORITHMS.get(name)
     if cls is None:
-        raise ConfigError(f"unknown algorithm {name!r}; known: {', '.join(sorted(ALGORITHMS))}")
+        raise ConfigError(f"unknown algorithm {name!r}; known: {', '.join(sorted(ALGORITHMS))} (an algorithm of "
+                          "your own is known once its module is imported: `python -m fairfl run --import MODULE`)")
     allowed = [f.name for f in dataclasses.fields(cls) if f.init]
     unknown = sorted(set(options) - set(allowed))
     if unknown:

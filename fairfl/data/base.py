@@ -11,10 +11,14 @@ their source (``fairfl.data.mnist``, ``.cifar``, ``.adult``, ``.shakespeare``, `
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.util
 import os
 import shutil
+import sys
+import threading
 import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -131,44 +135,180 @@ def check_contents(ds: ArrayDataset) -> ArrayDataset:
     return ds
 
 
-_FINGERPRINTS: dict[str, str] = {}
+# ----------------------------------------------------------------------------- what a load read
+# The files a loader opens are recorded as it opens them (Python's audit event "open", raised by
+# every open() of Python code, numpy's, pandas' and torch's included), with their stamps: size,
+# modification and change times and inode. A file whose stamp is unchanged holds the bytes it
+# held (the change time cannot be set back from user space), so a dataset whose files all keep
+# their stamps is the dataset it was, and its fingerprint need not be computed again: a cached
+# run is then read without loading its data (``fairfl.cache``).
+
+_RECORDING = threading.local()
+_HOOKED = False
+_HOOK_LOCK = threading.Lock()
+_CODE = (".py", ".pyc", ".so", ".pth")
 
 
-def fingerprint(name: str, options: Mapping[str, Any]) -> str:
+def _audit(event: str, args: tuple) -> None:
+    if event != "open":
+        return
+    stack = getattr(_RECORDING, "stack", None)
+    if not stack:
+        return
+    path, mode, flags = args
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        return                                            # a file descriptor
+    if (mode is None and flags & (os.O_WRONLY | os.O_RDWR)) or (mode is not None and not set(str(mode)) & set("r+")):
+        return                                            # written, not read (a prepared copy being made)
+    path = os.path.abspath(os.fsdecode(path))
+    if path.endswith(_CODE) or path.startswith(("/proc/", "/sys/", "/dev/")):
+        return                                            # modules imported on the way are not data
+    for files in stack:
+        files.add(path)
+
+
+@contextlib.contextmanager
+def _recording():
+    """The set of files opened for reading by this thread inside the block."""
+    global _HOOKED
+    with _HOOK_LOCK:
+        if not _HOOKED:
+            sys.addaudithook(_audit)          # an audit hook cannot be removed: it is added once, and idle
+            _HOOKED = True
+    stack = _RECORDING.__dict__.setdefault("stack", [])
+    files: set[str] = set()
+    stack.append(files)
+    try:
+        yield files
+    finally:
+        stack.remove(files)
+
+
+def _stamp(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _folders_stamp(root: Path) -> dict[str, list[int] | None]:
+    """The stamps of the data root and the folders in it: a file put there later (a prepared copy
+    that a loader would now prefer to the offline one it read) changes its folder's stamp."""
+    out = {}
+    if root.is_dir():
+        for folder, _, _ in os.walk(root):
+            out[folder] = _stamp(folder)
+    return out
+
+
+def _stamps(files) -> dict[str, list[int] | None]:
+    return {f: _stamp(f) for f in sorted(files)}
+
+
+def _unchanged(stamps: Mapping[str, Any]) -> bool:
+    return all(_stamp(f) == s for f, s in stamps.items())
+
+
+@functools.cache
+def _loader_code() -> str:
+    """The loaders' own code and the libraries that shape what they return: a change to either
+    may change the data loaded from the same files."""
+    h = hashlib.sha256()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(f.read_bytes())
+    h.update(f"{torch.__version__} {np.__version__}".encode())
+    return h.hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------- fingerprints
+
+@dataclass(frozen=True)
+class _Fingerprint:
+    value: str
+    stamps: dict                              # the files read and the data root's folders, stamped
+
+
+_FINGERPRINTS: dict[str, _Fingerprint] = {}
+
+
+def _identity(name: str, options: Mapping[str, Any]) -> str:
+    return json.dumps([name, options, str(data_root()), os.environ.get("FAIRFL_OFFLINE", ""), _loader_code()],
+                      sort_keys=True, default=str)
+
+
+def fingerprint(name: str, options: Mapping[str, Any], memo: Path | None = None) -> str:
     """sha256 of the contents of dataset ``name`` as loaded with ``options`` (features, labels and
-    groups of both splits), computed once per process: the data's identity in the run cache, so
-    that a result trained on other data (a replaced or damaged file) is never returned."""
+    groups of both splits): the data's identity in the run cache, so that a result trained on other
+    data (a replaced or damaged file) is never returned.
+
+    Computed once per data: remembered in this process and, given ``memo`` (a folder), on disk,
+    with the stamps of the files the load read and of the data root's folders (see above). While
+    they are unchanged, and the data root, the loaders' code and the library versions are those of
+    the load, the remembered value is returned without reading the data; otherwise the data is
+    loaded and hashed again."""
     options = canonical_options(name, options)
-    key = json.dumps([name, options], sort_keys=True, default=str)
-    if key not in _FINGERPRINTS:
-        ds = load_dataset(name, **options)
-        h = hashlib.sha256()
-        for t in (ds.x_train, ds.y_train, ds.x_test, ds.y_test):
-            h.update(str((tuple(t.shape), str(t.dtype))).encode())
-            h.update(t.contiguous().numpy().tobytes())
-        for g in (ds.groups_train, ds.groups_test):
-            if g is not None:
-                h.update(np.ascontiguousarray(g).tobytes())
-        _FINGERPRINTS[key] = h.hexdigest()[:16]
-    return _FINGERPRINTS[key]
+    ident = _identity(name, options)
+    known = _FINGERPRINTS.get(ident)
+    if known is not None and _unchanged(known.stamps):
+        return known.value
+    file = Path(memo) / f"{hashlib.sha256(ident.encode()).hexdigest()[:24]}.json" if memo is not None else None
+    if file is not None and file.is_file():
+        try:
+            record = json.loads(file.read_text())
+            if record["identity"] == ident and _unchanged(record["stamps"]):
+                _FINGERPRINTS[ident] = _Fingerprint(record["fingerprint"], record["stamps"])
+                return record["fingerprint"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass                                         # unreadable: computed again and rewritten
+    ds, stamps = _load(name, options)
+    h = hashlib.sha256()
+    for t in (ds.x_train, ds.y_train, ds.x_test, ds.y_test):
+        h.update(str((tuple(t.shape), str(t.dtype))).encode())
+        h.update(t.contiguous().numpy().tobytes())
+    for g in (ds.groups_train, ds.groups_test):
+        if g is not None:
+            h.update(np.ascontiguousarray(g).tobytes())
+    known = _Fingerprint(h.hexdigest()[:16], stamps)
+    _FINGERPRINTS[ident] = known
+    if file is not None:
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            record = {"identity": ident, "stamps": stamps, "fingerprint": known.value}
+            atomic_write(file, lambda p: Path(p).write_text(json.dumps(record)))
+        except OSError:
+            pass                                         # a read-only results folder: remembered in this process
+    return known.value
 
 
-_CACHE: dict[tuple, ArrayDataset] = {}
+_CACHE: dict[tuple, tuple[ArrayDataset, dict]] = {}
+
+
+def _load(name: str, kwargs: Mapping[str, Any]) -> tuple[ArrayDataset, dict]:
+    """The dataset (memoised per process while the files it was read from are unchanged) and the
+    stamps of what it was read from."""
+    check_dataset_name(name)
+    kwargs = {k: v for k, v in kwargs.items() if not (v is None and k in ("root", "download"))}
+    classes = kwargs.pop("classes", None)
+    root = Path(kwargs.get("root") or data_root())
+    key = (name, str(root), tuple(sorted((k, str(v)) for k, v in kwargs.items())))
+    hit = _CACHE.get(key)
+    if hit is None or not _unchanged(hit[1]):
+        with _recording() as files:
+            ds = check_contents(LOADERS[name](**kwargs))
+        hit = _CACHE[key] = (ds, {**_stamps(files), **_folders_stamp(root)})
+    ds, stamps = hit
+    for files in getattr(_RECORDING, "stack", ()):      # a loader that builds on another (MultiMNIST on MNIST)
+        files.update(stamps)
+    return (ds if classes is None else select_classes(ds, classes)), stamps
 
 
 def load_dataset(name: str, classes: Sequence[int] | None = None, **kwargs) -> ArrayDataset:
-    """Load a dataset by name (memoised per process: a sweep loads each dataset once).
-    ``classes`` keeps only those classes, relabelled 0, 1, … in the order given (q-FFL's
-    three-class Fashion-MNIST: ``classes=(6, 2, 0)`` = shirt, pullover, T-shirt); the loader's
-    normalisation is computed on the full training set before the selection."""
-    check_dataset_name(name)
-    kwargs = {k: v for k, v in kwargs.items() if not (v is None and k in ("root", "download"))}
-    key = (name, str(kwargs.get("root") or data_root()), tuple(sorted((k, str(v)) for k, v in kwargs.items())))
-    if key not in _CACHE:
-        _CACHE[key] = check_contents(LOADERS[name](**kwargs))
-    if classes is None:
-        return _CACHE[key]
-    return select_classes(_CACHE[key], classes)
+    """Load a dataset by name (memoised per process: a sweep loads each dataset once; read again
+    when one of its files changed). ``classes`` keeps only those classes, relabelled 0, 1, … in the
+    order given (q-FFL's three-class Fashion-MNIST: ``classes=(6, 2, 0)`` = shirt, pullover,
+    T-shirt); the loader's normalisation is computed on the full training set before the selection."""
+    return _load(name, {**kwargs, "classes": classes})[0]
 
 
 
