@@ -4,11 +4,14 @@
 Two selections, A and B, side by side. Each picks one setting: a value for every factor that
 varies among the runs (over the cache: dataset, algorithm and every setting whose value differs
 between cached configs, found from the configs; over a sweep: its named factors), the seeds left
-free. One figure, redrawn in place: the chosen metric against rounds for A and B (mean over the
-chosen seeds, band: ± one std over seeds), A − B, and the distribution of the clients' final
-accuracies; a paper's value where ``fairfl.paper.reported`` has one for the setting. "run it"
-trains selection A with the changes typed beside it (``KEY=VALUE …``, as ``fairfl run --set``), for
-the chosen seeds, through ``fairfl.sweeps.run_many`` with its progress bar, and adds the runs.
+free; B starts as A with the first factor that has two values changed, and the seeds offered are
+those A and B have. One figure, redrawn in place, as wide as JupyterLab's notebook column: the
+chosen metric against rounds for A and B (mean over the chosen seeds, band: ± one std over seeds;
+the legend, below, names only what tells A and B apart), A − B, and the distribution of the
+clients' final accuracies (accuracies in %, as everywhere); a paper's value where
+``fairfl.paper.reported`` has one for the setting. "run it" trains selection A with the changes
+typed beside it (``KEY=VALUE …``, as ``fairfl run --set``), for the chosen seeds, through
+``fairfl.sweeps.run_many`` with its progress bar, and adds the runs.
 
 Loaded histories stay in memory (``fairfl.index.load_history``), so that a redraw only computes and
 draws (``benchmarks/explore_redraw.py`` measures it over a cache of 120 runs).
@@ -24,6 +27,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +38,16 @@ import numpy as np
 from . import metrics
 from .errors import ConfigError
 from .loop import History
+from .plotting import plain_log_ticks, round_axis
 
 MISSING = "–"          # the value of a setting a run does not have (an option of another algorithm)
 DISTRIBUTION = "per-client accuracy distribution"
+# The figure's width in pixels: JupyterLab's notebook column at its default layout (file browser
+# open) is wider in a window of 1366 px or more (1,053 px in tests/test_jupyterlab.py's 1500 px
+# window), so the figure is shown at its own size, not scaled down
+DPI = 100
+FIGURE_PX = 880
+HEIGHT, BOTTOM = 4.6, 1.15      # inches: the figure's height, and the room under the panels for the legend
 # settings that never tell runs apart in a way worth a control
 _IGNORED = {"checkpoint_every", "seed", "device"}
 _INFO_LABELS = {"d_sq": "‖d‖² (Pareto stationarity)", "step_norm2": "‖d‖² of the server step",
@@ -172,10 +183,15 @@ class Explorer:
         self.selection = {"A": self._first(), "B": self._first(second=True)}
         self.metric, self.fraction, self.chosen_seeds, self.logy = "mean accuracy (%)", 0.1, list(self.seeds), False
         from matplotlib.figure import Figure           # not pyplot: no second copy shown by the inline backend
-        # fixed margins: a layout engine measures every label at each draw and doubled the redraw time
-        self.figure = Figure(figsize=(15, 4.6))
-        self.axes = self.figure.subplots(1, 3, width_ratios=[1.3, 1, 0.9])
-        self.figure.subplots_adjust(left=0.05, right=0.99, bottom=0.12, top=0.92, wspace=0.22)
+        # As wide as JupyterLab's notebook column, in pixels at the PNG's dpi: shown at its own size,
+        # its text is the size it was set in (a wider figure was scaled down, its text with it).
+        # The metric on the left over both rows, A − B and the final accuracies on the right.
+        # Fixed margins: a layout engine measures every label at each draw and doubled the redraw time.
+        self.figure = Figure(figsize=(FIGURE_PX / DPI, HEIGHT), dpi=DPI)
+        grid = self.figure.add_gridspec(2, 2, width_ratios=[1.55, 1], left=0.085, right=0.985,
+                                        bottom=BOTTOM / HEIGHT, top=1 - 0.32 / HEIGHT, wspace=0.3, hspace=0.62)
+        self.axes = [self.figure.add_subplot(grid[:, 0]), self.figure.add_subplot(grid[0, 1]),
+                     self.figure.add_subplot(grid[1, 1])]
         self.summary = ""
         self.widget = None                       # set before the controls exist: _build syncs them
         if not self.static:
@@ -200,8 +216,11 @@ class Explorer:
 
     def _first(self, second: bool = False) -> dict[str, Any]:
         sel = self._cascade({})
-        if second:   # B: the first run that differs from A in the last factor that varies
-            for i in reversed(range(len(self.factors))):
+        # B: A with the first factor that has two values changed (over the cache: another dataset,
+        # model or algorithm), not the last (often an option that changes nothing in the run: the
+        # same algorithm on both sides, and A − B = 0)
+        if second:
+            for i in range(len(self.factors)):
                 values = self.options(sel, i)
                 if len(values) > 1:
                     return self._cascade({**sel, self.factors[i]: values[1]})
@@ -235,6 +254,24 @@ class Explorer:
                     out.append((r, h))
         return out
 
+    def differing(self) -> list[str]:
+        """The factors whose values differ between selections A and B."""
+        a, b = self.selection["A"], self.selection["B"]
+        return [f for f in self.factors if a.get(f) != b.get(f)]
+
+    def legend_label(self, which: str) -> str:
+        """``which`` with only the factors that tell A and B apart (the rest is in the summary line):
+        of those, the ones this selection has (not another algorithm's options) and could have
+        chosen otherwise (not the one model of a dataset, nor an option its algorithm's runs share)."""
+        sel = self.selection[which]
+        parts = [f"{f}={_label(sel[f])}" for f in self.differing()
+                 if sel[f] != MISSING and len(self.options(sel, self.factors.index(f))) > 1]
+        return f"{which}: {', '.join(parts)}" if parts else which
+
+    def offered_seeds(self) -> list[int]:
+        """The seeds that selection A or B has runs for: the ones worth offering."""
+        return sorted({r.seed for which in ("A", "B") for r in self._matching(self.selection[which])})
+
     def describe(self, which: str) -> str:
         sel = self.selection[which]
         parts = [f"{f}={_label(v)}" for f, v in sel.items()
@@ -267,7 +304,7 @@ class Explorer:
             if not ys.size:            # a metric this selection's runs do not record
                 continue
             mu = np.nanmean(ys, axis=0)
-            label = f"{which}: {self.describe(which)} ({len(ys)} seed{'s' * (len(ys) != 1)})"
+            label = f"{self.legend_label(which)} ({len(ys)} seed{'s' * (len(ys) != 1)})"
             ax_curve.plot(x, mu, color=color, label=label)
             if len(ys) > 1:
                 sd = np.nanstd(ys, axis=0)
@@ -279,15 +316,26 @@ class Explorer:
                 ax_curve.axhline(value, color=color, linestyle="--", linewidth=1, label=f"{which}: paper ({source})")
                 lines[-1] += f" (paper {value:g}, {source})"
         ax_curve.set_xlabel("round")
-        ax_curve.set_ylabel(self.metric.replace("x %", f"{100 * self.fraction:g} %")
-                            + (" (median, band: 10–90 % of clients)" if self.metric == DISTRIBUTION else ""))
+        name = self.metric.replace("x %", f"{100 * self.fraction:g} %")
         if self.metric == DISTRIBUTION:
             self._client_bands(ax_curve)
+            ax_curve.set_ylabel("client test accuracy (%)")
+            ax_curve.set_title("median client, band: 10–90 % of the clients")
+        else:
+            ax_curve.set_ylabel(name)
+            ax_curve.set_title(name)
         if self.logy:
             ax_curve.set_yscale("log")
+            plain_log_ticks(ax_curve)
+        # below the panels, from the figure's left edge, where it covers neither the curves nor an
+        # axis label; labels too long for two columns get one, wrapped to the figure's width
         if ax_curve.has_data():
-            ax_curve.legend(fontsize=8)
-        ax_curve.set_title(self.metric.replace("x %", f"{100 * self.fraction:g} %"))
+            handles, labels = ax_curve.get_legend_handles_labels()
+            wide = max(map(len, labels)) > 60
+            labels = [textwrap.fill(t, 120, subsequent_indent="  ") for t in labels] if wide else labels
+            ax_curve.legend(handles, labels, loc="upper left", bbox_to_anchor=(0.01, (BOTTOM - 0.48) / HEIGHT),
+                            bbox_transform=self.figure.transFigure, ncols=1 if wide else 2, fontsize=8,
+                            frameon=False, borderaxespad=0, columnspacing=1.5, handlelength=1.5)
         if data["A"] is not None and data["B"] is not None and data["A"][1].size and data["B"][1].size:
             (xa, ya), (xb, yb) = data["A"], data["B"]
             diff = np.nanmean(ya, 0) - np.interp(xa, xb, np.nanmean(yb, 0))
@@ -296,6 +344,8 @@ class Explorer:
             lines.append(f"A − B at the end: {diff[-1]:+.4g}")
         ax_diff.set_title("A − B (means over seeds)")
         ax_diff.set_xlabel("round")
+        for ax in (ax_curve, ax_diff):
+            round_axis(ax)
         self._distribution(ax_dist)
         self.summary = "; ".join(lines) if lines else "no run matches the selections"
         png = self.png()
@@ -307,7 +357,7 @@ class Explorer:
 
     def png(self) -> bytes:
         buf = io.BytesIO()
-        self.figure.savefig(buf, format="png", dpi=80, bbox_inches=None)
+        self.figure.savefig(buf, format="png", dpi=DPI, bbox_inches=None)
         return buf.getvalue()
 
     def _client_bands(self, ax) -> None:
@@ -341,7 +391,7 @@ class Explorer:
             for p, (n, v), color in zip(pos, shown, ("C0", "C1")):
                 ax.scatter(p + rng.uniform(-0.08, 0.08, v.size), v, s=6, color=color, alpha=0.6)
             ax.set_xticks(pos, [n for n, _ in shown])
-        ax.set_title("final client test accuracy (%), chosen seeds")
+        ax.set_title("final client test accuracy (%)")
 
     def _paper(self, which: str) -> tuple[str, float] | None:
         from .paper import reported
@@ -363,40 +413,51 @@ class Explorer:
     # -- widgets
     def _build(self):
         import ipywidgets as w
-        self._image = w.Image(format="png", layout=w.Layout(width="100%", max_width="1200px"))
-        self._text = w.HTML()
+        # Everything fits the notebook's column: boxes as wide as it and wrapping, controls that
+        # shrink, the image at its own width or the column's when that is narrower (no
+        # horizontal scrollbar, no panel cut off at the right).
+        fit = {"width": "100%", "max_width": "100%", "flex_flow": "row wrap"}
+        self._image = w.Image(format="png", layout=w.Layout(width="100%", max_width=f"{FIGURE_PX}px", height="auto"))
+        self._text = w.HTML(layout=w.Layout(max_width="100%"))
         self._controls: dict[str, list] = {}
         columns = []
         for which in ("A", "B"):
             drops = []
             for i, f in enumerate(self.factors):
                 d = w.Dropdown(description=f, style={"description_width": "initial"},
-                               layout=w.Layout(width="auto"))
+                               layout=w.Layout(width="auto", max_width="100%"))
                 d.observe(lambda change, which=which, f=f: self._on_factor(which, f, change), names="value")
                 drops.append(d)
             self._controls[which] = drops
             columns.append(w.VBox([w.HTML(f"<b>selection {which}</b>"), *drops],
-                                  layout=w.Layout(border="1px solid #ddd", padding="4px", margin="2px")))
-        self._metric = w.Dropdown(options=list(self.metrics), value=self.metric, description="metric")
-        self._fraction = w.IntSlider(value=round(100 * self.fraction), min=1, max=50, description="x %")
-        self._seeds = w.SelectMultiple(options=self.seeds, value=tuple(self.seeds), description="seeds",
-                                       rows=min(4, max(2, len(self.seeds))))
-        self._logy = w.Checkbox(value=False, description="log scale")
+                                  layout=w.Layout(border="1px solid #ddd", padding="4px", margin="2px",
+                                                  flex="1 1 240px", min_width="0", max_width="100%")))
+        self._metric = w.Dropdown(options=list(self.metrics), value=self.metric, description="metric",
+                                  layout=w.Layout(width="auto", max_width="100%"))
+        self._fraction = w.IntSlider(value=round(100 * self.fraction), min=1, max=50, description="x %",
+                                     layout=w.Layout(max_width="100%"))
+        offered = self.offered_seeds()
+        self._seeds = w.SelectMultiple(options=offered, value=tuple(s for s in offered if s in self.chosen_seeds),
+                                       description="seeds", rows=min(4, max(2, len(self.seeds))),
+                                       layout=w.Layout(max_width="100%"))
+        self._logy = w.Checkbox(value=False, description="log scale", layout=w.Layout(max_width="100%"))
         self._metric.observe(lambda c: self._set(metric=c["new"]), names="value")
         self._fraction.observe(lambda c: self._set(fraction=c["new"] / 100), names="value")
-        self._seeds.observe(lambda c: self._set(chosen_seeds=list(c["new"])), names="value")
+        self._seeds.observe(lambda c: self._choose_seeds(c["new"]), names="value")
         self._logy.observe(lambda c: self._set(logy=c["new"]), names="value")
         self._changes = w.Text(placeholder="changes to A, e.g. rounds=50 algorithm.eps=0.3", description="run A with",
-                               layout=w.Layout(width="420px"))
+                               layout=w.Layout(flex="1 1 300px", min_width="0", max_width="420px"))
         self._run = w.Button(description="run it", button_style="primary", tooltip="train selection A with the "
                              "changes, for the chosen seeds, through fairfl.run_many; cached runs are loaded")
         self._run.on_click(lambda _: self.run_it(self._changes.value))
         self._progress = w.Output()
         self._syncing = False
         self._sync_controls()
-        shared = w.VBox([self._metric, self._fraction, self._seeds, self._logy])
-        box = w.VBox([w.HBox([*columns, shared]), w.HBox([self._changes, self._run]), self._progress,
-                      self._text, self._image])
+        shared = w.VBox([self._metric, self._fraction, self._seeds, self._logy],
+                        layout=w.Layout(flex="1 1 240px", min_width="0", max_width="100%", margin="2px"))
+        box = w.VBox([w.HBox([*columns, shared], layout=w.Layout(**fit)),
+                      w.HBox([self._changes, self._run], layout=w.Layout(**fit)), self._progress,
+                      self._text, self._image], layout=w.Layout(width="100%", max_width="100%"))
         box.add_class("fairfl-explorer")
         return box
 
@@ -405,6 +466,14 @@ class Explorer:
             return
         for k, v in changes.items():
             setattr(self, k, v)
+        self.redraw()
+
+    def _choose_seeds(self, value: Sequence[int]) -> None:
+        """The seeds ticked among those offered; a seed not offered now keeps its earlier state."""
+        if self._syncing:
+            return
+        offered = set(self._seeds.options)
+        self.chosen_seeds = sorted({s for s in self.chosen_seeds if s not in offered} | set(value))
         self.redraw()
 
     def _on_factor(self, which: str, factor: str, change) -> None:
@@ -428,6 +497,11 @@ class Explorer:
                     d.layout.display = None if len(values) > 1 or f in ("dataset", "algorithm") else "none"
             self._metric.value = self.metric
             self._fraction.value = round(100 * self.fraction)
+            # the x % slider only for the metrics that read it
+            self._fraction.layout.display = None if "x %" in self.metric else "none"
+            offered = self.offered_seeds()
+            self._seeds.options = offered
+            self._seeds.value = tuple(s for s in offered if s in self.chosen_seeds)
         finally:
             self._syncing = False
 

@@ -3,6 +3,8 @@ from the configs, selections cascade, every metric draws, the static output is a
 line of text, and "run it" trains a changed setting through run_many and adds it."""
 from __future__ import annotations
 
+import io
+
 import pytest
 
 import fairfl
@@ -10,6 +12,7 @@ from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
 from fairfl.algorithms.fedavg import FedAvg
 from fairfl.algorithms.fedmgda import FedMGDAPlus
 from fairfl.errors import ConfigError
+from fairfl.explorer import DISTRIBUTION
 from fairfl.notebook import Sweep
 from fairfl.sweeps import SerialBackend, run_many
 
@@ -61,3 +64,88 @@ def test_over_a_sweep_its_factors_are_the_controls(root):
     ex = sweep.explore(static=True)
     assert ex.factors == ["eps"] and ex.seeds == [0, 1]
     assert ex.redraw() > 0 and "eps=0.1" in ex.summary and "eps=1" in ex.summary
+
+
+# ----------------------------------------------------------------------------- what a person sees
+
+def _ipywidgets(widget):
+    """Every widget in the box, depth first."""
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from _ipywidgets(child)
+
+
+def test_b_differs_from_a_in_the_first_factor_that_has_two_values(root):
+    """Over the cache the first factor with two values is the algorithm: B is the other algorithm,
+    not A's algorithm with another option (A − B = 0 where that option changes nothing)."""
+    ex = fairfl.explore(root=root, static=True)
+    first = next(f for i, f in enumerate(ex.factors) if len(ex.options(ex.selection["A"], i)) > 1)
+    assert first == "algorithm"
+    assert ex.selection["A"]["algorithm"] != ex.selection["B"]["algorithm"]
+    assert ex.differing()[0] == "algorithm"
+
+
+def test_legend_names_what_tells_a_from_b_below_the_panels_and_no_text_is_cut_off(root):
+    """The legend names only the factors that differ between A and B, sits outside every panel,
+    and, for every metric, no title, axis label, tick or legend text is cut off at the figure's
+    edge or drawn over another one or over a panel, and rounds are ticked in whole numbers."""
+    from figure_text import cut_off, over_other_panels, overlapping, renderer, tick_labels
+    ex = fairfl.explore(root=root, static=True)
+    ex.select("A", algorithm="fedmgda_plus", **{"algorithm.eps": 0.1})
+    ex.select("B", algorithm="fedmgda_plus", **{"algorithm.eps": 1.0})
+    ex.redraw()
+    labels = [t.get_text() for t in ex.axes[0].get_legend().get_texts()]
+    assert labels == ["A: algorithm.eps=0.1 (2 seeds)", "B: algorithm.eps=1 (2 seeds)"]
+    ex.select("B", algorithm="fedavg")
+    labels = [t.get_text() for t in ex.axes[0].get_legend().get_texts()]
+    assert labels == ["A: algorithm=fedmgda_plus, algorithm.eps=0.1 (2 seeds)", "B: algorithm=fedavg (1 seed)"]
+    for metric, logy in [(m, False) for m in ex.metrics] + [("averaged training loss", True), (DISTRIBUTION, True)]:
+        ex.logy = logy
+        ex.set_metric(metric, fraction=0.1)
+        assert not cut_off(ex.figure), (metric, cut_off(ex.figure))
+        assert not overlapping(ex.figure), (metric, overlapping(ex.figure))
+        assert not over_other_panels(ex.figure), (metric, over_other_panels(ex.figure))
+        legend = ex.axes[0].get_legend().get_window_extent(renderer(ex.figure))
+        assert not [ax for ax in ex.axes if legend.overlaps(ax.get_window_extent())], "the legend covers a panel"
+        # two rounds: whole-number ticks (not 0.5, 1.5) on both axes of rounds
+        for ax in ex.axes[:2]:
+            ticks = [t.get_text() for t in tick_labels(ax.xaxis, draw=False)]
+            assert len(ticks) >= 2 and all(t.isdigit() for t in ticks), (metric, ticks)
+
+
+def test_the_figure_and_the_widget_fit_a_notebook_column(root):
+    """JupyterLab's notebook column is about 900 px wide at its default layout (a 1366 px window,
+    file browser open): the figure is no wider, so it is shown at its own size, and the boxes of
+    controls wrap instead of running off to the right (tests/test_jupyterlab.py measures it in a
+    browser)."""
+    from PIL import Image
+    ex = fairfl.explore(root=root, static=False)
+    ex.redraw()
+    width, _ = Image.open(io.BytesIO(ex.png())).size
+    assert width <= 900, width
+    assert ex.widget.layout.width == "100%"
+    rows = [b for b in _ipywidgets(ex.widget) if type(b).__name__ == "HBox"]
+    assert rows and all(b.layout.flex_flow == "row wrap" for b in rows)
+
+
+def test_the_x_slider_shows_only_for_the_metrics_that_read_it(root):
+    ex = fairfl.explore(root=root, static=False)
+    slider = next(c for c in _ipywidgets(ex.widget) if getattr(c, "description", None) == "x %")
+    for metric in ex.metrics:
+        ex.set_metric(metric)
+        reads_x = metric.startswith(("worst x %", "best x %"))
+        assert (slider.layout.display != "none") == reads_x, metric
+
+
+def test_the_seeds_offered_are_those_of_the_selections(root):
+    """FedAvg has seed 0 only: with FedAvg on both sides, seed 1 is not offered; back to FedMGDA+
+    for A, it is, and still ticked."""
+    ex = fairfl.explore(root=root, static=False)
+    seeds = next(c for c in _ipywidgets(ex.widget) if getattr(c, "description", None) == "seeds")
+    ex.select("A", algorithm="fedavg")
+    ex.select("B", algorithm="fedavg")
+    assert seeds.options == (0,) and seeds.value == (0,)
+    ex.select("A", algorithm="fedmgda_plus")
+    assert seeds.options == (0, 1) and seeds.value == (0, 1)
+    seeds.value = (1,)                                  # as a click does: the figure follows
+    assert ex.chosen_seeds == [1] and len(ex.selected("A")) == 1 and ex.selected("B") == []
