@@ -3,7 +3,9 @@ Debian's headless Chromium through Selenium. It opens notebooks/00_tour.ipynb an
 opening it does not modify it (no dirty mark while autosave runs every second; File ▸ Save writes
 the stored bytes back), runs every cell from the Run menu in the smoke profile, and checks that
 every cell ran without an error, that the figures render as images, that no progress bar is left
-short of 100 %, and that the explorer of the last cell redraws its figure when a control changes.
+short of 100 %, and that the explorer of the last cell redraws its figure when a control changes
+and fits the notebook's column (no horizontal scrollbar, nothing cut off at the right), as does
+``fairfl.explore()`` over the whole cache, typed in a cell below.
 Then, in a cell typed below, a sweep on the process pool is stopped with Kernel ▸ Interrupt: the
 cell shows the one "interrupted: …" line and no traceback, and no worker process is left.
 
@@ -173,6 +175,30 @@ def _choose(driver, label_text: str, option_text: str, explorer: int = 0, nth: i
     return True
 
 
+def _explorer_fit(driver, explorer: int = 0) -> dict:
+    """How the ``explorer``-th explorer of the page sits in its cell's output: the widths of the
+    explorer's content, of the output area (its visible width and its content's, which is wider
+    when it scrolls sideways), and the shown elements of the explorer reaching past the output's
+    right edge (cut off, or behind a horizontal scrollbar)."""
+    return driver.execute_script(
+        "const box = document.querySelectorAll('.fairfl-explorer')[arguments[0]]; "
+        "const out = box.closest('.jp-OutputArea-output'); const right = out.getBoundingClientRect().right; "
+        "const past = [...box.querySelectorAll('*')].filter(e => e.offsetParent !== null "
+        "  && e.getBoundingClientRect().width > 0 && e.getBoundingClientRect().right > right + 1)"
+        "  .map(e => (e.className || e.tagName) + ' ' + (e.textContent || '').trim().slice(0, 40)); "
+        "return {explorer: box.scrollWidth, output: out.clientWidth, output_content: out.scrollWidth, "
+        "        past_the_edge: past.slice(0, 8)}", explorer)
+
+
+def _assert_fits(driver, explorer: int) -> None:
+    """No horizontal scrollbar and nothing cut off: the explorer's content is no wider than its
+    cell's output at the page's width."""
+    fit = _explorer_fit(driver, explorer)
+    print(f"explorer {explorer} in its cell's output: {fit}")
+    assert fit["explorer"] <= fit["output"] and fit["output_content"] <= fit["output"] \
+        and not fit["past_the_edge"], f"the explorer is wider than the notebook's column: {fit}"
+
+
 def _run_cell_below(driver, code: str) -> None:
     """As a person does: select the last cell, insert a cell below it (B), type ``code`` (one
     statement a line: the editor indents nothing) and run it in place (Ctrl+Enter)."""
@@ -274,6 +300,12 @@ def test_tour_notebook_runs_in_jupyterlab_with_figures_progress_a_live_explorer_
         before = _explorer_image(browser)
         _choose(browser, "metric", "averaged training loss")
         _wait(browser, lambda d: _explorer_image(d) not in (None, before), 30, "the explorer to redraw")
+        # Both explorers fit the notebook's column at JupyterLab's default layout (file browser
+        # open): this sweep's, and the whole cache's (more factors, longer names), typed below
+        _assert_fits(browser, 0)
+        _run_cell_below(browser, "import fairfl\nfairfl.explore()")
+        _wait(browser, lambda d: _explorer_image(d, 1), 60, "the cache explorer's figure")
+        _assert_fits(browser, 1)
         if os.environ.get("FAIRFL_DOCS_SCREENSHOTS"):
             _docs_screenshots(browser, Path(os.environ["FAIRFL_DOCS_SCREENSHOTS"]))
 
@@ -317,17 +349,18 @@ def _docs_screenshots(browser, cache: Path) -> None:
     if not (cache.is_dir() and any(cache.iterdir())):
         raise AssertionError(f"FAIRFL_DOCS_SCREENSHOTS={cache}: not a results folder with runs "
                              "(scripts/explore_screenshots.py fills one)")
+    n = len(browser.find_elements(By.CSS_SELECTOR, ".fairfl-explorer"))       # the new one's index
     _run_cell_below(browser, f"import fairfl\nfairfl.explore(root={str(cache)!r})")
-    _wait(browser, lambda d: _explorer_image(d, 1), 60, "the cache explorer's figure")
-    explorer = browser.find_elements(By.CSS_SELECTOR, ".fairfl-explorer")[1]
+    _wait(browser, lambda d: _explorer_image(d, n), 60, "the cache explorer's figure")
+    explorer = browser.find_elements(By.CSS_SELECTOR, ".fairfl-explorer")[n]
     for which, (algorithm, metric) in enumerate([(("fedmgda_plus", "fedavg"), "mean accuracy (%)"),
                                                  (("qfedavg", "dqnfed"), DISTRIBUTION)], start=1):
         for nth, name in enumerate(algorithm):
-            before = _explorer_image(browser, 1)
-            if _choose(browser, "algorithm", name, explorer=1, nth=nth):
-                _wait(browser, lambda d: _explorer_image(d, 1) not in (None, before), 30, "the redraw")
-        before = _explorer_image(browser, 1)
-        if _choose(browser, "metric", metric, explorer=1):
-            _wait(browser, lambda d: _explorer_image(d, 1) not in (None, before), 30, "the redraw")
+            before = _explorer_image(browser, n)
+            if _choose(browser, "algorithm", name, explorer=n, nth=nth):
+                _wait(browser, lambda d: _explorer_image(d, n) not in (None, before), 30, "the redraw")
+        before = _explorer_image(browser, n)
+        if _choose(browser, "metric", metric, explorer=n):
+            _wait(browser, lambda d: _explorer_image(d, n) not in (None, before), 30, "the redraw")
         browser.execute_script("arguments[0].scrollIntoView()", explorer)
         explorer.screenshot(str(REPO / "docs" / f"explore-{which}.png"))
