@@ -48,6 +48,10 @@ DISTRIBUTION = "per-client accuracy distribution"
 DPI = 100
 FIGURE_PX = 880
 HEIGHT, BOTTOM = 4.6, 1.15      # inches: the figure's height, and the room under the panels for the legend
+# The text sizes the fixed margins are laid out for, whatever style the notebook set (seaborn's
+# "notebook" context, plotting.use_style, makes every font a fifth larger)
+TEXT_SIZES = {"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "xtick.labelsize": 8.5,
+              "ytick.labelsize": 8.5, "legend.fontsize": 8}
 # settings that never tell runs apart in a way worth a control
 _IGNORED = {"checkpoint_every", "seed", "device"}
 _INFO_LABELS = {"d_sq": "‖d‖² (Pareto stationarity)", "step_norm2": "‖d‖² of the server step",
@@ -182,6 +186,7 @@ class Explorer:
         self.seeds = sorted({r.seed for r in runs})
         self.selection = {"A": self._first(), "B": self._first(second=True)}
         self.metric, self.fraction, self.chosen_seeds, self.logy = "mean accuracy (%)", 0.1, list(self.seeds), False
+        import matplotlib
         from matplotlib.figure import Figure           # not pyplot: no second copy shown by the inline backend
         # As wide as JupyterLab's notebook column, in pixels at the PNG's dpi: shown at its own size,
         # its text is the size it was set in (a wider figure was scaled down, its text with it).
@@ -190,8 +195,9 @@ class Explorer:
         self.figure = Figure(figsize=(FIGURE_PX / DPI, HEIGHT), dpi=DPI)
         grid = self.figure.add_gridspec(2, 2, width_ratios=[1.55, 1], left=0.085, right=0.985,
                                         bottom=BOTTOM / HEIGHT, top=1 - 0.32 / HEIGHT, wspace=0.3, hspace=0.62)
-        self.axes = [self.figure.add_subplot(grid[:, 0]), self.figure.add_subplot(grid[0, 1]),
-                     self.figure.add_subplot(grid[1, 1])]
+        with matplotlib.rc_context(TEXT_SIZES):
+            self.axes = [self.figure.add_subplot(grid[:, 0]), self.figure.add_subplot(grid[0, 1]),
+                         self.figure.add_subplot(grid[1, 1])]
         self.summary = ""
         self.widget = None                       # set before the controls exist: _build syncs them
         if not self.static:
@@ -290,7 +296,17 @@ class Explorer:
 
     def redraw(self) -> float:
         """Draw the current selections into the one figure (and the widget's image); seconds taken."""
+        import matplotlib
         t0 = time.perf_counter()
+        with matplotlib.rc_context(TEXT_SIZES):
+            png = self._draw()
+        if self.widget is not None:
+            self._image.value = png
+            self._text.value = self.summary
+        self.last_redraw = time.perf_counter() - t0
+        return self.last_redraw
+
+    def _draw(self) -> bytes:
         ax_curve, ax_diff, ax_dist = self.axes
         for ax in self.axes:
             ax.clear()
@@ -334,7 +350,7 @@ class Explorer:
             wide = max(map(len, labels)) > 60
             labels = [textwrap.fill(t, 120, subsequent_indent="  ") for t in labels] if wide else labels
             ax_curve.legend(handles, labels, loc="upper left", bbox_to_anchor=(0.01, (BOTTOM - 0.48) / HEIGHT),
-                            bbox_transform=self.figure.transFigure, ncols=1 if wide else 2, fontsize=8,
+                            bbox_transform=self.figure.transFigure, ncols=1 if wide else 2,
                             frameon=False, borderaxespad=0, columnspacing=1.5, handlelength=1.5)
         if data["A"] is not None and data["B"] is not None and data["A"][1].size and data["B"][1].size:
             (xa, ya), (xb, yb) = data["A"], data["B"]
@@ -348,12 +364,7 @@ class Explorer:
             round_axis(ax)
         self._distribution(ax_dist)
         self.summary = "; ".join(lines) if lines else "no run matches the selections"
-        png = self.png()
-        if self.widget is not None:
-            self._image.value = png
-            self._text.value = self.summary
-        self.last_redraw = time.perf_counter() - t0
-        return self.last_redraw
+        return self.png()
 
     def png(self) -> bytes:
         buf = io.BytesIO()
@@ -466,7 +477,12 @@ class Explorer:
             return
         for k, v in changes.items():
             setattr(self, k, v)
+        self._show_fraction()
         self.redraw()
+
+    def _show_fraction(self) -> None:
+        """The x % slider only for the metrics that read it."""
+        self._fraction.layout.display = None if "x %" in self.metric else "none"
 
     def _choose_seeds(self, value: Sequence[int]) -> None:
         """The seeds ticked among those offered; a seed not offered now keeps its earlier state."""
@@ -497,8 +513,7 @@ class Explorer:
                     d.layout.display = None if len(values) > 1 or f in ("dataset", "algorithm") else "none"
             self._metric.value = self.metric
             self._fraction.value = round(100 * self.fraction)
-            # the x % slider only for the metrics that read it
-            self._fraction.layout.display = None if "x %" in self.metric else "none"
+            self._show_fraction()
             offered = self.offered_seeds()
             self._seeds.options = offered
             self._seeds.value = tuple(s for s in offered if s in self.chosen_seeds)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import io
 
+import matplotlib
 import pytest
 
 import fairfl
-from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec, plotting
 from fairfl.algorithms.fedavg import FedAvg
 from fairfl.algorithms.fedmgda import FedMGDAPlus
 from fairfl.errors import ConfigError
@@ -85,10 +86,19 @@ def test_b_differs_from_a_in_the_first_factor_that_has_two_values(root):
     assert ex.differing()[0] == "algorithm"
 
 
-def test_legend_names_what_tells_a_from_b_below_the_panels_and_no_text_is_cut_off(root):
+@pytest.mark.parametrize("notebook_style", [False, True], ids=["matplotlib-style", "notebook-style"])
+def test_legend_names_what_tells_a_from_b_below_the_panels_and_no_text_is_cut_off(root, notebook_style):
     """The legend names only the factors that differ between A and B, sits outside every panel,
     and, for every metric, no title, axis label, tick or legend text is cut off at the figure's
-    edge or drawn over another one or over a panel, and rounds are ticked in whole numbers."""
+    edge or drawn over another one or over a panel, and rounds are ticked in whole numbers; in
+    matplotlib's style and in the one a notebook's session sets (plotting.use_style: larger fonts)."""
+    with matplotlib.rc_context():
+        if notebook_style:
+            plotting.use_style()
+        _check_legend_and_text(root, all_metrics=notebook_style)
+
+
+def _check_legend_and_text(root, all_metrics: bool) -> None:
     from figure_text import cut_off, over_other_panels, overlapping, renderer, tick_labels
     ex = fairfl.explore(root=root, static=True)
     ex.select("A", algorithm="fedmgda_plus", **{"algorithm.eps": 0.1})
@@ -99,7 +109,8 @@ def test_legend_names_what_tells_a_from_b_below_the_panels_and_no_text_is_cut_of
     ex.select("B", algorithm="fedavg")
     labels = [t.get_text() for t in ex.axes[0].get_legend().get_texts()]
     assert labels == ["A: algorithm=fedmgda_plus, algorithm.eps=0.1 (2 seeds)", "B: algorithm=fedavg (1 seed)"]
-    for metric, logy in [(m, False) for m in ex.metrics] + [("averaged training loss", True), (DISTRIBUTION, True)]:
+    shown = list(ex.metrics) if all_metrics else ["mean accuracy (%)"]
+    for metric, logy in [(m, False) for m in shown] + [("averaged training loss", True), (DISTRIBUTION, True)]:
         ex.logy = logy
         ex.set_metric(metric, fraction=0.1)
         assert not cut_off(ex.figure), (metric, cut_off(ex.figure))
@@ -129,12 +140,17 @@ def test_the_figure_and_the_widget_fit_a_notebook_column(root):
 
 
 def test_the_x_slider_shows_only_for_the_metrics_that_read_it(root):
+    """Whether the metric is picked in its dropdown (as a click does) or by set_metric."""
     ex = fairfl.explore(root=root, static=False)
-    slider = next(c for c in _ipywidgets(ex.widget) if getattr(c, "description", None) == "x %")
+    controls = {getattr(c, "description", None): c for c in _ipywidgets(ex.widget)}
+    slider, dropdown = controls["x %"], controls["metric"]
     for metric in ex.metrics:
+        dropdown.value = metric
+        assert ex.metric == metric
+        assert (slider.layout.display != "none") == metric.startswith(("worst x %", "best x %")), metric
+    for metric, shown in (("worst x % of clients (%)", True), ("averaged training loss", False)):
         ex.set_metric(metric)
-        reads_x = metric.startswith(("worst x %", "best x %"))
-        assert (slider.layout.display != "none") == reads_x, metric
+        assert (slider.layout.display != "none") == shown, metric
 
 
 def test_the_seeds_offered_are_those_of_the_selections(root):
