@@ -1,10 +1,11 @@
 # The two commands of the README:
 #   make figures   set up, then regenerate every figure with the quick profile
 #   make test      set up, then run the unit tests and every notebook (smoke profile) under nbval
+# and make lab: set up, then open the notebooks in JupyterLab
 PY := .venv/bin/python
 PROFILE ?= quick
 
-.PHONY: setup figures test unit notebooks benchmark clean-results
+.PHONY: setup figures test lab unit notebooks benchmark clean-results
 setup:
 	bash scripts/setup.sh
 
@@ -19,6 +20,10 @@ test: setup
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	OMP_NUM_THREADS=1 FAIRFL_PROFILE=smoke FAIRFL_RESULTS=$$tmp/results FAIRFL_FIGURES=$$tmp/figures TQDM_DISABLE=1 \
 	$(PY) -m pytest -n 2 --dist loadfile --nbval-lax tests notebooks
+
+# jupyter lab refuses to run as root unless told: CI containers and fresh machines often are root
+lab: setup
+	.venv/bin/jupyter lab notebooks/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 unit: setup
 	$(PY) -m pytest -n 2 tests

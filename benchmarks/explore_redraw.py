@@ -8,7 +8,9 @@ makes (selection B's ε, the metric, the seeds), each drawing both selections wi
 Prints the median and the largest redraw. The machine's load average is printed too: on a shared
 machine it explains most of the spread.
 
-    python benchmarks/explore_redraw.py [--seeds 30] [--rounds 5] [--repeats 20]
+    python benchmarks/explore_redraw.py [--seeds 30] [--rounds 5] [--repeats 20] [--smoke]
+
+``--smoke`` (CI, seconds): 2 seeds, one round, 3 redraws (one of each change).
 """
 from __future__ import annotations
 
@@ -28,6 +30,9 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=30)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--smoke", action="store_true", help="CI: 2 seeds, one round, 3 redraws")
+    if "--smoke" in sys.argv[1:]:
+        p.set_defaults(seeds=2, rounds=1, repeats=3)
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["FAIRFL_RESULTS"] = tmp

@@ -1,6 +1,7 @@
 """Speed of a federated round, and of a sweep of runs, on the reference configuration:
-Fashion-MNIST, 100 clients x 600 training images (label shards), 10 sampled per round,
-1 local epoch of SGD, b = 10, lr 0.01, the CNN of FedMGDA+ Table 3.
+Fashion-MNIST, 100 clients x 600 images (label shards; each client's default 80/10/10 split, so
+480 training images), 10 sampled per round, 1 local epoch of SGD, b = 10, lr 0.01, the CNN of
+FedMGDA+ Table 3.
 
 (i)  one round, batched path vs sequential reference path, in this process (median of --reps);
 (ii) a sweep of --runs runs x --rounds rounds through the project's executor (a pool of
@@ -8,7 +9,10 @@ Fashion-MNIST, 100 clients x 600 training images (label shards), 10 sampled per 
      process with the sequential path. Evaluation happens only at the first and last round
      and the improved-share tracking is off, so both sides time training.
 
-    python benchmarks/round_speed.py [--reps 5] [--runs 4] [--rounds 8] [--sweeps 3]
+    python benchmarks/round_speed.py [--reps 5] [--runs 4] [--rounds 8] [--sweeps 3] [--smoke]
+
+``--smoke`` (CI, seconds) runs every part once at a tiny size: the 5,000-image MNIST subset over 20
+clients, 2 a round, 2 runs of one round, one worker, one sweep pair.
 
 Both sides of (ii) are compared warm, as a notebook uses them: the sequential side runs in this
 process after (i) has loaded the data and run the kernels once, and the executor keeps its
@@ -22,6 +26,7 @@ of each pair is printed, and the last line is the median,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -42,21 +47,26 @@ from fairfl.sweeps import ProcessBackend, run_many  # noqa: E402
 
 REFERENCE = ExperimentConfig(
     dataset="fashion_mnist",
-    partition=PartitionSpec("shards", num_clients=100, shards_per_client=2, split=(1.0, 0.0, 0.0), seed=0),
+    partition=PartitionSpec("shards", num_clients=100, shards_per_client=2, seed=0),
     model="cnn_fmnist", local=LocalTraining(epochs=1, batch_size=10, lr=0.01),
     clients_per_round=10, track_improved=False,
 )
 
+# --smoke: the same round on the 5,000-image MNIST subset (the same image shape and model), 20
+# clients of 250 images, 2 a round: every part runs, in seconds
+SMOKE = REFERENCE.replace(dataset="mnist_5k", partition=dataclasses.replace(REFERENCE.partition, num_clients=20),
+                          clients_per_round=2)
 
-def time_rounds(batched: bool, reps: int) -> list[float]:
-    fed = federated_data(REFERENCE)
-    model = build_model("cnn_fmnist", (1, 28, 28), 10, seed=0)
+
+def time_rounds(config: ExperimentConfig, batched: bool, reps: int) -> list[float]:
+    fed = federated_data(config)
+    model = build_model(config.model, (1, 28, 28), 10, seed=0)
     w = flat_params(model)
     times = []
     for r in range(reps + 1):  # the first repetition warms up
-        clients = sample_clients(0, r, 100, 10)
+        clients = sample_clients(0, r, config.partition.num_clients, config.num_sampled)
         t0 = time.perf_counter()
-        train_clients(model, w, fed.clients, clients, REFERENCE.local, 0, r, batched=batched,
+        train_clients(model, w, fed.clients, clients, config.local, 0, r, batched=batched,
                       loss_before=False, loss_after=False)
         times.append(time.perf_counter() - t0)
     return times[1:]
@@ -69,19 +79,23 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--sweeps", type=int, default=3, help="repetitions of the sweep comparison (median)")
+    ap.add_argument("--smoke", action="store_true", help="CI: every part once, at a tiny size (seconds)")
+    if "--smoke" in sys.argv[1:]:
+        ap.set_defaults(reps=1, runs=2, rounds=1, sweeps=1, workers=1)
     args = ap.parse_args()
+    reference = SMOKE if args.smoke else REFERENCE
     threads = torch.get_num_threads()
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, {threads} torch threads in this process")
 
     # (i) one round, both paths, interleaved so that machine noise hits both alike
     seq, bat = [], []
     for _ in range(2):
-        seq += time_rounds(False, max(1, args.reps // 2 + 1))
-        bat += time_rounds(True, max(1, args.reps // 2 + 1))
+        seq += time_rounds(reference, False, max(1, args.reps // 2 + 1))
+        bat += time_rounds(reference, True, max(1, args.reps // 2 + 1))
     med_seq, med_bat = statistics.median(seq), statistics.median(bat)
 
     # (ii) the sweep, --sweeps pairs, alternating which side runs first
-    configs = [REFERENCE.replace(seed=s, rounds=args.rounds, eval_every=args.rounds) for s in range(args.runs)]
+    configs = [reference.replace(seed=s, rounds=args.rounds, eval_every=args.rounds) for s in range(args.runs)]
 
     def sequential() -> float:
         t0 = time.perf_counter()

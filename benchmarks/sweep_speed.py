@@ -18,7 +18,10 @@ first sweep), into an empty cache each time, alternating which side goes first; 
 ``--reps`` pairs are printed in a table, and as the last line
 ``sweep speed-up vs executor (geometric mean): X``.
 
-    python benchmarks/sweep_speed.py [--reps 3] [--sweeps a b c] [--device cpu|cuda]
+    python benchmarks/sweep_speed.py [--reps 3] [--sweeps a b c] [--device cpu|cuda] [--smoke]
+
+``--smoke`` (CI, seconds): one worker, no warm-up, one pair per sweep, each cut to its first two runs
+of one round on less data (see ``smoke``).
 
 With ``--device cuda`` every run trains on the GPU and the engine's side runs in this process
 (one process feeds one GPU best); instance-steps per second are printed beside the rates measured
@@ -28,6 +31,7 @@ machine's float32 matrix-product rate (one 2048² product per worker thread, mea
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import statistics
@@ -102,6 +106,18 @@ SWEEPS = {
 }
 
 
+def smoke(name: str, configs: list[ExperimentConfig]) -> list[ExperimentConfig]:
+    """--smoke: the sweep's first runs, one round, evaluated at its end, on less data: (a) on the
+    5,000-image MNIST subset (the same image shape) over 20 clients, (b) at b = 500."""
+    configs = [c.replace(rounds=1, eval_every=1) for c in configs[:2]]
+    if name == "a":
+        return [c.replace(dataset="mnist_5k", partition=dataclasses.replace(c.partition, num_clients=20))
+                for c in configs]
+    if name == "b":
+        return [c.replace(local=dataclasses.replace(c.local, batch_size=500)) for c in configs]
+    return configs
+
+
 def instance_steps(configs: list[ExperimentConfig]) -> int:
     """Client SGD steps of the sweep's ordinary local training (instance-steps)."""
     total = 0
@@ -133,6 +149,10 @@ def main() -> None:
     ap.add_argument("--sweeps", nargs="*", default=list(SWEEPS), choices=list(SWEEPS))
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: one pair per sweep, the first runs of each, one round (seconds)")
+    if "--smoke" in sys.argv[1:]:
+        ap.set_defaults(reps=1, workers=1)
     args = ap.parse_args()
     cuda = args.device.startswith("cuda")
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, device {args.device}"
@@ -145,6 +165,8 @@ def main() -> None:
         for name in args.sweeps:
             title, build, rounds = SWEEPS[name]
             configs = [c.replace(device=args.device) for c in build(rounds)]
+            if args.smoke:
+                configs = smoke(name, configs)
             before = [c.replace(batched=False) for c in configs] if name == "b" else configs
 
             def timed(side: str) -> float:
@@ -156,8 +178,9 @@ def main() -> None:
                         run_many(before, backend=executor, root=Path(tmp), progress=False, max_group=1)
                     return time.perf_counter() - t0
             with tempfile.TemporaryDirectory() as tmp:          # untimed: start the workers, load the data
-                run_many([c.replace(rounds=1, eval_every=1) for c in configs[:args.workers]], backend=executor,
-                         root=Path(tmp), progress=False)
+                if not args.smoke:                              # (--smoke: the one pair pays for it)
+                    run_many([c.replace(rounds=1, eval_every=1) for c in configs[:args.workers]], backend=executor,
+                             root=Path(tmp), progress=False)
                 if cuda:
                     run_many([c.replace(rounds=1, eval_every=1) for c in configs[:2]], backend=engine,
                              root=Path(tmp) / "gpu", progress=False)

@@ -5,14 +5,15 @@ checkpointed, so an interrupted call resumes). Every run is
 ``fairfl.paper.dqnfed_shakespeare_config`` — notebook 04's Shakespeare config.
 
     .venv/bin/python scripts/dqnfed_shakespeare.py [--roles 31] [--max-samples 64] [--rounds 50]
-        [--seeds 0] [--workers N] [--out CSV]
+        [--seeds 0] [--workers N] [--out CSV] [--smoke]
 
 Paper size: 31 roles, 2,000 windows per role, 500 rounds, 5 seeds — about a day per run on 2 CPU
 cores. Prints per step rule and seed: eq. (29)'s share of improved participants over the last 10 %
 of rounds and over all rounds, the clients' final test accuracy (mean, std, worst / best 10 %),
 the training loss (final, lowest), and for the safeguard the share of rounds it shortened the
 step in and the mean factor. ``--out`` writes the same as one CSV row per run (notebook 04 shows
-``notebooks/measured/dqnfed_shakespeare.csv``).
+``notebooks/measured/dqnfed_shakespeare.csv``). ``--smoke`` (CI, seconds): 2 roles of at most 4
+windows, 2 rounds, in this process.
 """
 from __future__ import annotations
 
@@ -55,6 +56,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
     ap.add_argument("--out", type=Path, default=None, help="write one CSV row per run here")
+    ap.add_argument("--smoke", action="store_true", help="CI: 2 roles x <= 4 windows, 2 rounds, in this process")
+    if "--smoke" in sys.argv[1:]:
+        ap.set_defaults(roles=2, max_samples=4, rounds=2, workers=1)
     args = ap.parse_args()
     if min(args.roles, args.max_samples, args.rounds) < 1 or min(args.seeds) < 0:
         ap.error("--roles, --max-samples and --rounds must be >= 1, every seed >= 0")

@@ -12,6 +12,10 @@ checkpoint every 10 rounds, so an interrupted call resumes.
 
     .venv/bin/python scripts/fmol_readings.py [--seeds 0 1 2] [--rounds 100 | --rounds-factor F] [--K 1 5 10 20]
         [--readings ours sk-pixels sk-solver xavier sk-all] [--settings iid non-iid] [--workers N] [--out CSV]
+        [--smoke]
+
+``--smoke`` (CI, seconds): the "ours" and "sk-all" readings, iid, K = 1, seed 0, 2 rounds, in this
+process.
 
 ``--rounds-factor F`` runs each K for ceil(F × the paper's largest Table 2 count for that K) rounds
 (F = 2: 192 / 48 / 26 / 12 rounds for K = 1 / 5 / 10 / 20) instead of one horizon for all: a
@@ -67,6 +71,10 @@ def main() -> None:
                     help=f"of {', '.join(FMOL_READINGS)} (default: {' '.join(DEFAULT_READINGS)})")
     ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     ap.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: readings ours and sk-all, iid, K = 1, seed 0, 2 rounds, in this process")
+    if "--smoke" in sys.argv[1:]:
+        ap.set_defaults(seeds=[0], rounds=2, ks=[1], readings=["ours", "sk-all"], settings=["iid"], workers=1)
     args = ap.parse_args()
     if args.rounds < 1 or min(args.ks) < 1 or min(args.seeds) < 0:
         ap.error("--rounds and every K must be >= 1, every seed >= 0")

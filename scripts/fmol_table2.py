@@ -10,11 +10,12 @@ K = 20). With ``--rounds`` other than 100 they are longer or shorter versions of
 own cache entries). Runs are cached under ``$FAIRFL_RESULTS`` and checkpoint every 10 rounds, so an
 interrupted call resumes.
 
-    .venv/bin/python scripts/fmol_table2.py --seeds 0 1 2 [--rounds 100] [--workers 2]
+    .venv/bin/python scripts/fmol_table2.py --seeds 0 1 2 [--rounds 100] [--workers 2] [--smoke]
 
 Prints the table (mean ± std over seeds; "> T" = not reached within the T rounds), the losses
 after the last round and the run times, and writes the loss curves to
-``figures/05_table2_paper_size_T<rounds>[_K<ks>].png/.pdf``.
+``figures/05_table2_paper_size_T<rounds>[_K<ks>].png/.pdf`` (``$FAIRFL_FIGURES`` moves it).
+``--smoke`` (CI, seconds): seed 0, K = 1, 2 rounds, in this process.
 """
 from __future__ import annotations
 
@@ -33,12 +34,16 @@ from fairfl.sweeps import ProcessBackend, SerialBackend, run_many  # noqa: E402
 
 THRESHOLD = 1e-2            # Table 2: rounds to a training loss of 10⁻²
 
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--ks", type=int, nargs="+", default=[1, 5, 10, 20])
     ap.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    ap.add_argument("--smoke", action="store_true", help="CI: seed 0, K = 1, 2 rounds, in this process")
+    if "--smoke" in sys.argv[1:]:
+        ap.set_defaults(seeds=[0], rounds=2, ks=[1], workers=1)
     args = ap.parse_args()
     if args.rounds < 1 or min(args.ks) < 1:
         ap.error("--rounds and every K must be >= 1")

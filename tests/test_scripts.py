@@ -1,0 +1,72 @@
+"""Every script in benchmarks/ and scripts/ runs, at a tiny size, as a user runs it: a real
+subprocess of this Python from the repository root, with runs, figures and data in temporary
+folders (nothing lands in the repository).
+
+``SMOKE`` holds each script's smoke arguments (mostly its ``--smoke`` flag: seconds, not minutes)
+and a line its output must contain. A script added later without an entry here fails
+``test_every_script_has_a_smoke_entry`` and its own run.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = sorted(p.relative_to(REPO).as_posix() for folder in ("benchmarks", "scripts")
+                 for p in (REPO / folder).glob("*.py"))
+
+# script: (arguments, text its standard output must contain); "{tmp}" is the test's temporary folder
+SMOKE: dict[str, tuple[list[str], str]] = {
+    "benchmarks/explore_redraw.py": (["--smoke"], "redraw ("),
+    "benchmarks/minnorm_speed.py": (["--reps", "1"], "speed-up of the fast solver vs cvxpy at m=100"),  # instant
+    "benchmarks/ray_throughput.py": (["--smoke"], "| RayBackend"),
+    "benchmarks/round_speed.py": (["--smoke"], "sweep throughput ratio vs sequential"),
+    "benchmarks/sweep_speed.py": (["--smoke"], "sweep speed-up vs executor (geometric mean)"),
+    "scripts/dqnfed_shakespeare.py": (["--smoke", "--out", "{tmp}/dqnfed.csv"], "wrote 2 rows to"),
+    "scripts/explore_screenshots.py": (["{tmp}/explore-cache", "--smoke"], "selection 2: A"),
+    "scripts/fmol_readings.py": (["--smoke", "--out", "{tmp}/readings.csv"], "wrote 2 rows to"),
+    "scripts/fmol_table2.py": (["--smoke"], "{tmp}/figures/05_table2_paper_size_T2_K1.png"),
+    "scripts/normalise_notebooks.py": (["--check"], "would change: none"),              # instant, writes nothing
+}
+RAY = {"benchmarks/ray_throughput.py"}        # starts Ray: one Ray user at a time among the test workers
+TIMEOUT = 300                                 # seconds; each takes seconds (the Ray one tens of seconds)
+
+
+def test_every_script_has_a_smoke_entry():
+    assert SCRIPTS, "no scripts found"
+    missing = sorted(set(SCRIPTS) - set(SMOKE))
+    assert not missing, f"scripts without a smoke entry in tests/test_scripts.py's SMOKE: {missing}"
+    stale = sorted(set(SMOKE) - set(SCRIPTS))
+    assert not stale, f"SMOKE entries of scripts that do not exist: {stale}"
+
+
+def _ray_lock(request):
+    """The lock of conftest's one_ray_at_a_time, held for this test only."""
+    lock = open(Path(tempfile.gettempdir()) / "fairfl-tests-ray.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    request.addfinalizer(lock.close)           # closing releases the lock
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_script_runs_at_a_tiny_size(script, tmp_path, request):
+    assert script in SMOKE, (f"{script} has no entry in tests/test_scripts.py's SMOKE: give it one (and a "
+                             "--smoke flag if its defaults take more than seconds)")
+    args, expected = ([a.format(tmp=tmp_path) for a in SMOKE[script][0]], SMOKE[script][1].format(tmp=tmp_path))
+    if script in RAY:
+        _ray_lock(request)
+    env = {**os.environ, "FAIRFL_RESULTS": str(tmp_path / "results"), "FAIRFL_FIGURES": str(tmp_path / "figures"),
+           "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "MPLBACKEND": "Agg"}
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, script, *args], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    output = r.stdout + r.stderr
+    assert r.returncode == 0, f"{script} exited with {r.returncode}:\n{output[-4000:]}"
+    assert expected in r.stdout, f"{script}'s output lacks {expected!r}:\n{output[-4000:]}"
+    print(f"{script} {' '.join(args)}: {time.perf_counter() - t0:.1f} s")
