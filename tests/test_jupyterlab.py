@@ -272,6 +272,13 @@ def test_tour_notebook_runs_in_jupyterlab_with_figures_progress_a_live_explorer_
         _wait(browser, lambda d: notebook.stat().st_mtime_ns != mtime, 20, "the save")
         _wait(browser, lambda d: notebook.read_bytes() == opened, 5,
               "the saved notebook to equal the stored one (it differs: the stored form is not JupyterLab's)")
+        # Autosave (every second, for the check above) off for the rest, from the Settings menu: on
+        # a loaded machine a save can start before the previous one has returned, and JupyterLab then
+        # covers the page with "File Changed … Overwrite?" (seen at a load average of 10 on 2 cores)
+        _click_menu(browser, "Settings", "Autosave Documents")
+        _wait(browser, lambda d: json.loads(re.sub(r"//.*", "", (tmp_path / "settings" / "@jupyterlab" /
+              "docmanager-extension" / "plugin.jupyterlab-settings").read_text())).get("autosave") is False,
+              10, "autosave to be off")
 
         _click_menu(browser, "Run", "Run All Cells")
         # every code cell numbered, none waiting or running ([*]): all ran, in order, without stopping
