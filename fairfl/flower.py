@@ -37,8 +37,12 @@ Wire format (Flower's records; each choice is forced by what a record may hold):
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
+import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Sequence
 
@@ -516,6 +520,94 @@ def _metric(v: Any) -> float | list[float]:
     return [float(x) for x in v] if isinstance(v, (list, tuple)) else float(v)
 
 
+# ----------------------------------------------------------------------------- Flower's and Ray's output
+
+def _coloured(stream: Any) -> bool:
+    """Whether log lines may carry ANSI colours: on a terminal only, and not when ``NO_COLOR`` is
+    set (https://no-color.org). A notebook, a pipe or a log file gets plain text, not escape codes."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):      # no stream, or a closed one
+        return False
+
+
+class _Routine(logging.Filter):
+    """Drops two of Flower's log records that are no news to a fairfl user: that
+    ``flwr.simulation.run_simulation`` is deprecated (fairfl calls it on purpose: see
+    :func:`run_simulation`), and "Manually terminating ClientAppActor", which each node's Ray actor
+    logs when a simulation ends normally. Every other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "Manually terminating %s":
+            return False
+        return not (isinstance(record.msg, str) and record.msg.startswith("DEPRECATED FEATURE")
+                    and "`run_simulation` function is deprecated" in record.getMessage())
+
+
+def _node_logging() -> None:
+    """Ray's ``worker_process_setup_hook`` for the simulation's workers (run as each starts):
+    Flower's console handler there writes to the worker's log file, which Ray forwards to this
+    process's output, so it gets plain text and leaves out the routine records (:class:`_Routine`)."""
+    from flwr.common.logger import FLOWER_LOGGER, update_console_handler
+    update_console_handler(colored=_coloured(sys.stderr))
+    if not any(isinstance(f, _Routine) for f in FLOWER_LOGGER.filters):
+        FLOWER_LOGGER.addFilter(_Routine())
+
+
+@contextmanager
+def _plain_output(verbose: bool):
+    """Flower's and Ray's output in this process during one simulation, restored afterwards:
+    Flower's console handler (its own switch, ``colored``) and Ray's prefix of forwarded worker
+    lines (``RAY_COLOR_PREFIX=0``, unless set) colour only a terminal; Flower's routine records
+    are dropped (:class:`_Routine`); ``verbose`` shows Flower's DEBUG records with timestamps
+    (Flower's ``verbose_logging`` would switch colours back on)."""
+    from flwr.common.logger import FLOWER_LOGGER, ConsoleHandler
+    handlers = [h for h in FLOWER_LOGGER.handlers if isinstance(h, ConsoleHandler)]
+    saved = [(h, h.colored, h.level, h.timestamps) for h in handlers]
+    prefix = os.environ.get("RAY_COLOR_PREFIX")
+    routine = _Routine()
+    FLOWER_LOGGER.addFilter(routine)
+    try:
+        for h in handlers:
+            h.colored = _coloured(h.stream)
+            if verbose:
+                h.setLevel(logging.DEBUG)
+                h.timestamps = True
+        if prefix is None and not _coloured(sys.stdout):
+            os.environ["RAY_COLOR_PREFIX"] = "0"      # read by Ray's driver as it prints each forwarded line
+        yield
+    finally:
+        FLOWER_LOGGER.removeFilter(routine)
+        for h, colored, level, timestamps in saved:
+            h.colored, h.timestamps = colored, timestamps
+            h.setLevel(level)
+        if prefix is None:
+            os.environ.pop("RAY_COLOR_PREFIX", None)
+
+
+def _start_ray(num_cpus: int | None) -> None:
+    """Start the simulation's local Ray instance here rather than in Flower's runtime thread (Flower
+    uses a Ray already started): with fairfl's retry of a node that starts too slowly
+    (``RayBackend.start``: one clear error instead of Flower's tracebacks), and the
+    ``worker_process_setup_hook`` that makes the nodes' own log lines plain (:func:`_node_logging`).
+    The rest is what Flower's own start passes: no dashboard, Ray's log level WARNING, the workers'
+    output forwarded here, this process's ``sys.path`` as the workers' PYTHONPATH."""
+    import ray
+    from .sweeps import RayBackend
+    if ray.is_initialized():
+        return
+    pythonpath = os.pathsep.join([*sys.path, *filter(None, [os.environ.get("PYTHONPATH")])])
+    options: dict[str, Any] = {
+        "include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": True,
+        "runtime_env": {"env_vars": {"PYTHONPATH": pythonpath},
+                        "worker_process_setup_hook": f"{__name__}._node_logging"}}
+    if num_cpus is not None:
+        options["num_cpus"] = num_cpus
+    RayBackend.start(None, **options)
+
+
 # ----------------------------------------------------------------------------- one call
 
 @dataclass
@@ -533,7 +625,16 @@ def run_simulation(*configs: ExperimentConfig, num_cpus: int | None = None, clie
     experiment's data for it, so the configs need the same number of clients, not the same data
     (a multi-task FMOL experiment can share the nodes of single-task ones).
     ``num_cpus``: the local Ray instance's CPUs (default: all); ``client_cpus``: CPUs per node;
-    ``timeout``: seconds to wait for the nodes and for each round's replies."""
+    ``timeout``: seconds to wait for the nodes and for each round's replies; ``verbose``: Flower's
+    DEBUG log.
+
+    Flower 1.41 calls ``flwr.simulation.run_simulation`` deprecated in favour of ``flwr run``,
+    which runs the ServerApp and ClientApps of a Flower App *project* (a pyproject.toml naming
+    them by module path) in processes of their own; here the apps are built from configs in
+    memory and the strategies' History is read back in this process, which ``flwr run`` cannot
+    do. So this calls ``run_simulation`` and leaves its deprecation notice out (with the other
+    noise: Ray's FutureWarning, ANSI colours off a terminal, the actors' "Manually terminating"
+    lines; see :func:`_plain_output`); Flower's own log of the rounds is kept."""
     from flwr.simulation import run_simulation as flwr_run_simulation
     if not configs:
         raise ConfigError("run_simulation needs at least one config")
@@ -551,14 +652,14 @@ def run_simulation(*configs: ExperimentConfig, num_cpus: int | None = None, clie
                               f"{c.label()}: {c.partition.federation_size})")
     strategies = [FairflStrategy(c, timeout) for c in configs]
     backend = {"client_resources": {"num_cpus": client_cpus, "num_gpus": 0.0}}
-    if num_cpus is not None:
-        backend["init_args"] = {"num_cpus": num_cpus}
     stop = threading.Event()
-    try:
-        flwr_run_simulation(server_app(*strategies, stop=stop), client_app(*configs), first.partition.federation_size,
-                            backend_name="ray", backend_config=backend, verbose_logging=verbose)
-    finally:
-        stop.set()       # a crashed runtime leaves the ServerApp's thread waiting: end it
+    with _plain_output(verbose):
+        _start_ray(num_cpus)
+        try:
+            flwr_run_simulation(server_app(*strategies, stop=stop), client_app(*configs),
+                                first.partition.federation_size, backend_name="ray", backend_config=backend)
+        finally:
+            stop.set()       # a crashed runtime leaves the ServerApp's thread waiting: end it
     for s in strategies:
         if s.history.rounds_done != s.config.rounds:
             raise RunFailedError(f"the Flower run of {s.config.label()} stopped after {s.history.rounds_done} of "

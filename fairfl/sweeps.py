@@ -330,15 +330,47 @@ class RayBackend(_Closing):
     def _ray(self):
         import ray
         if not ray.is_initialized():
-            try:
-                local = {"include_dashboard": False} if self.address is None else {}   # a new instance: no dashboard
-                ray.init(address=self.address, **{**local, **self.init_options})
-            except (ConnectionError, ValueError, RuntimeError) as e:
-                where = self.address or "a local instance"
-                raise ConfigError(f"cannot reach the Ray cluster at {where} ({type(e).__name__}: {e}); check "
-                                  "FAIRFL_RAY_ADDRESS (auto, host:port or ray://host:port)") from None
+            local = {"include_dashboard": False} if self.address is None else {}   # a new instance: no dashboard
+            self.start(self.address, **{**local, **self.init_options})
             self._started = True
         return ray
+
+    @staticmethod
+    def start(address: str | None = None, **options: Any) -> None:
+        """``ray.init(address=address, **options)``, with what Ray's call lacks.
+
+        A new local instance's processes must come up within 30 s each, limits hard-coded in
+        ``ray._private`` (no option or variable lengthens them), which a loaded machine can miss:
+        Ray then raises a bare "The current node timed out during startup" (the raylet did not
+        register with the GCS) or "Timed out waiting for file …gcs_server_port…". What that start
+        left running is stopped and the instance started once more; a second miss is one
+        RunFailedError saying what to do. A cluster that cannot be reached is a ConfigError.
+        Ray's FutureWarning at every start (a tip about a future default,
+        RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO) is not shown: fairfl relies on today's behaviour, in
+        which a task that asks for no GPU sees none."""
+        import warnings
+        import ray
+        for attempt in (1, 2):
+            try:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
+                    ray.init(address=address, **options)
+                return
+            except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for a node that timed out
+                if address is not None or "timed out" not in str(e).lower():
+                    if isinstance(e, (ConnectionError, ValueError, RuntimeError)):
+                        raise ConfigError(f"cannot reach the Ray cluster at {address or 'a local instance'} "
+                                          f"({type(e).__name__}: {e}); check FAIRFL_RAY_ADDRESS (auto, host:port or "
+                                          "ray://host:port)") from None
+                    raise
+                ray.shutdown()            # the processes the failed start left behind
+                if attempt == 2:
+                    raise RunFailedError(
+                        f"Ray's local instance did not start: twice one of its processes did not come up within the "
+                        f"30 s Ray allows ({type(e).__name__}: {e}), which happens on a machine too busy to start them "
+                        "in time. Try again when it is less loaded, or start Ray once beforehand (`ray start --head "
+                        "--num-cpus N`, then FAIRFL_RAY_ADDRESS=auto), or run without Ray (FAIRFL_BACKEND=process).") \
+                        from None
 
     @property
     def workers(self) -> int:

@@ -10,6 +10,13 @@ client): starting Ray and its workers is most of the cost.
 """
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -186,3 +193,38 @@ def test_report_round_trip_keeps_every_field():
     torch.testing.assert_close(back.extras["first_gradients"], torch.cat([rows[1].extras["first_gradients"],
                                                                         rows[0].extras["first_gradients"]]))
     assert back.held.tolist() == [[True, False], [True, False]] and back.shared.tolist() == rows[0].shared.tolist()
+
+
+# A one-round simulation as a researcher runs it from a script, its output read from the pipes.
+ONE_ROUND = """
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.flower import run_simulation
+cfg = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1)}, model="logreg",
+                       partition=PartitionSpec("iid", num_clients=2), rounds=1, clients_per_round=2,
+                       local=LocalTraining(batch_size=50, lr=0.05))
+(run,) = run_simulation(cfg, num_cpus=2)
+print("rounds done:", run.history.rounds_done)
+"""
+
+
+@pytest.mark.slow
+def test_a_simulation_shows_flowers_log_without_the_noise(fmnist, one_ray_at_a_time):
+    """No deprecation notice of the run_simulation fairfl calls on purpose, no Ray FutureWarning,
+    no ANSI colour codes in a pipe, no "Manually terminating ClientAppActor": neither here nor in
+    the nodes' own output, which Ray forwards to the driver for as long as it runs."""
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ray"))     # short: Ray's socket paths must fit in 107 bytes
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "RAY_COLOR_PREFIX", "FLWR_LOG_LEVEL")}
+    try:
+        r = subprocess.run([sys.executable, "-c", ONE_ROUND], capture_output=True, text=True, timeout=600,
+                           env={**env, "RAY_TMPDIR": str(ray_tmp)})
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out
+        assert "rounds done: 1" in r.stdout and "[ROUND 1/1]" in out, out     # Flower's log of the rounds is kept
+        for noise in ("deprecated", "DEPRECATED", "FutureWarning", "Manually terminating", "\x1b["):
+            assert noise not in out, (noise, out)
+        nodes = [p for p in ray_tmp.glob("ray/session_*/logs/worker-*") if p.is_file()]
+        assert nodes, sorted(str(p) for p in ray_tmp.rglob("*"))[:20]
+        said = "".join(p.read_text(errors="replace") for p in nodes)
+        assert "Manually terminating" not in said and "\x1b[" not in said, said
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
