@@ -1,9 +1,16 @@
-"""save_figure: both formats, atomically, and byte-identical when re-plotted."""
+"""save_figure: both formats, atomically, and byte-identical when re-plotted. What a reader sees:
+rounds ticked in whole numbers, a log axis in decimals, accuracy in %, no label over another or
+cut off, partition heatmaps readable in a notebook column."""
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from figure_text import cut_off, over_other_panels, overlapping, shown_size_px, tick_labels  # noqa: E402
 
+from fairfl import plotting  # noqa: E402
+from fairfl.loop import History  # noqa: E402
 from fairfl.plotting import save_figure  # noqa: E402
 
 
@@ -34,7 +41,6 @@ def test_replotting_the_same_figure_gives_the_same_pdf(tmp_path, monkeypatch):
 def test_accuracy_distribution_is_the_same_figure_for_the_same_results(tmp_path):
     """The strip's jitter comes from numpy's global generator: whatever its state, the same
     accuracies give the same PNG, and the caller's generator is left where it was."""
-    import numpy as np
     from fairfl.plotting import accuracy_distribution
     acc = {"FedAvg": np.linspace(0.40, 0.90, 100), "FedAvg-n": np.linspace(0.35, 0.95, 100)}
     pngs = []
@@ -51,13 +57,6 @@ def test_accuracy_distribution_is_the_same_figure_for_the_same_results(tmp_path)
 
 
 # ----------------------------------------------------------------------------- what a reader sees
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from fairfl import plotting  # noqa: E402
-from fairfl.loop import History  # noqa: E402
-from figure_text import cut_off, over_other_panels, overlapping, shown_size_px, tick_labels  # noqa: E402
 
 # JupyterLab's notebook column at its default layout (a 1366 px window, file browser open), in
 # pixels; tests/test_jupyterlab.py measures the explorer's fit in it
