@@ -73,8 +73,8 @@ def _cmd_run(args) -> int:
     acc = h.final_acc()
     where = "not cached (--no-cache)" if args.no_cache else f"results in {run_dir(cfg)}"
     print(f"{cfg.label()}: {h.rounds_done} rounds in {time.time() - t0:.1f} s; "
-          f"final accuracy mean {metrics.mean(acc):.4f}, std {metrics.std(acc):.4f}, "
-          f"worst10% {metrics.worst(acc):.4f}; {where}")
+          f"final client accuracy (%) mean {100 * metrics.mean(acc):.2f}, std {100 * metrics.std(acc):.2f}, "
+          f"worst 10 % {100 * metrics.worst(acc):.2f}; {where}")
     return 0
 
 

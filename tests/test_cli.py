@@ -60,7 +60,7 @@ def test_run_from_yaml_trains_and_caches(tmp_path):
         "local: {batch_size: 500, lr: 0.1}\n")
     r = fairfl("run", "--config", str(cfg))
     assert r.returncode == 0, r.stderr
-    assert "final accuracy mean" in r.stdout
+    assert "final client accuracy (%) mean" in r.stdout
     folder = Path(r.stdout.rsplit("results in ", 1)[1].strip())
     h = json.loads((folder / "history.json").read_text())
     assert h["eval_rounds"] == [0, 1, 2]
@@ -331,3 +331,21 @@ def test_two_processes_asked_for_one_run_train_it_once(tmp_path):
     assert "being trained" not in err1
     # one result, the same for both
     assert out1.split(": ", 1)[1].split(";")[1] == second.stdout.split(": ", 1)[1].split(";")[1]
+
+
+def test_an_explicit_profile_beats_the_environment_in_a_notebook_too(monkeypatch):
+    """One rule, in JupyterLab as on the command line: the notebooks store profile = None, which is
+    $FAIRFL_PROFILE (nbval's smoke runs) else quick; a profile written in the cell is used as written."""
+    from fairfl.errors import ConfigError
+    from fairfl.notebook import resolve_profile
+    monkeypatch.setenv("FAIRFL_PROFILE", "smoke")
+    assert resolve_profile(None) == "smoke" and resolve_profile("paper") == "paper"
+    monkeypatch.delenv("FAIRFL_PROFILE")
+    assert resolve_profile(None) == "quick"
+    monkeypatch.setenv("FAIRFL_PROFILE", "fast")
+    with pytest.raises(ConfigError, match="FAIRFL_PROFILE='fast' is not one of smoke, quick, paper"):
+        resolve_profile(None)
+    for path in sorted((Path(__file__).parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        (cell,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        assert cell.source.startswith("profile = None "), path.name
