@@ -164,8 +164,12 @@ def test_fairfl_backend_picks_ray_and_a_wrong_name_is_refused(local_ray, tmp_pat
 
     monkeypatch.delenv("FAIRFL_BACKEND")
     monkeypatch.delenv("FAIRFL_RAY_ADDRESS")
-    with pytest.raises(SystemExit):          # the choice is checked, then handed to the notebooks' kernels
-        main(["reproduce", "no_such_notebook", "--backend", "ray", "--address", "ray://head:10001"])
+    # the choice is checked, then handed to the notebooks' kernels (here none runs: its output folder
+    # cannot be made, under a file)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(OSError):
+        main(["reproduce", "00", "--backend", "ray", "--address", "ray://head:10001", "--output", str(blocker)])
     assert os.environ["FAIRFL_BACKEND"] == "ray" and os.environ["FAIRFL_RAY_ADDRESS"] == "ray://head:10001"
     with pytest.raises(SystemExit):
         main(["reproduce", "--backend", "dask"])
