@@ -9,9 +9,10 @@ plan the same lockstep groups (two slots), start warm (workers up and data loade
 first sweep), train into an empty cache each time, and alternate which goes first; the medians
 over ``--reps`` pairs are printed as a table.
 
-    python benchmarks/ray_throughput.py [--reps 3] [--runs 8] [--rounds 10] [--smoke]
+    python benchmarks/ray_throughput.py [--reps 3] [--runs 8] [--rounds 10] [--nodes 2] [--smoke]
 
-``--smoke`` (CI, seconds once the nodes are up): one repetition of 2 runs of one round.
+``--smoke`` (CI, seconds once Ray is up): one node of two CPUs, no warm-up, one repetition of 2 runs of
+one round.
 
 The nodes are started with ``ray start --block`` under their own temporary folder and ports (not
 ``/tmp/ray``, so no other Ray user of this machine finds them), each in a session of its own, and
@@ -55,13 +56,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_cluster(temp: Path, procs: list[subprocess.Popen]) -> str:
-    """A head and a worker node on this machine, one CPU each; returns the head's address and
+def start_cluster(temp: Path, procs: list[subprocess.Popen], nodes: int = 2) -> str:
+    """A head and a worker node on this machine, one CPU each (``nodes=1``: a head of two CPUs
+    alone); returns the head's address and
     leaves this process connected to it (RayBackend uses that connection). The two
     ``ray start --block`` commands are added to ``procs`` as they start."""
     ray = str(Path(sys.executable).parent / "ray")
     port = free_port()
-    common = ["--num-cpus=1", f"--temp-dir={temp}", "--block", "--disable-usage-stats"]
+    common = [f"--num-cpus={2 // nodes}", f"--temp-dir={temp}", "--block", "--disable-usage-stats"]
     # each node in a session of its own, so that stop_cluster can end every process it started
     head = subprocess.Popen([ray, "start", "--head", f"--port={port}", "--include-dashboard=false",
                              f"--ray-client-server-port={free_port()}", *common],
@@ -79,8 +81,9 @@ def start_cluster(temp: Path, procs: list[subprocess.Popen]) -> str:
             if time.monotonic() > deadline or head.poll() is not None:
                 raise RuntimeError("the Ray head did not start")
             time.sleep(1)
-    procs.append(subprocess.Popen([ray, "start", f"--address={address}", *common],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+    if nodes == 2:
+        procs.append(subprocess.Popen([ray, "start", f"--address={address}", *common],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
     while True:             # the driver needs a registered raylet here: on a busy machine Ray's own wait can run out
         try:
             ray_module.init(address=address)
@@ -89,7 +92,7 @@ def start_cluster(temp: Path, procs: list[subprocess.Popen]) -> str:
             if time.monotonic() > deadline or head.poll() is not None:
                 raise
             time.sleep(1)
-    while len([n for n in ray_module.nodes() if n["Alive"]]) < 2:
+    while len([n for n in ray_module.nodes() if n["Alive"]]) < nodes:
         if time.monotonic() > deadline:
             raise RuntimeError("the second Ray node did not join")
         if procs[-1].poll() is not None:
@@ -117,9 +120,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--address", help="a running Ray cluster (default: start two one-CPU nodes here)")
-    ap.add_argument("--smoke", action="store_true", help="CI: one repetition of 2 runs of one round")
+    ap.add_argument("--nodes", type=int, choices=(1, 2), default=2,
+                    help="nodes to start here: 2 of one CPU each (default), or 1 of two CPUs")
+    ap.add_argument("--smoke", action="store_true", help="CI: one node, one repetition of 2 runs of one round")
     if "--smoke" in sys.argv[1:]:
-        ap.set_defaults(reps=1, runs=2, rounds=1)
+        ap.set_defaults(reps=1, runs=2, rounds=1, nodes=1)
     args = ap.parse_args()
     configs = sweep(args.runs, args.rounds)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -133,7 +138,7 @@ def main() -> None:
         if address is None:
             t0 = time.perf_counter()
             try:
-                address = start_cluster(temp, procs)
+                address = start_cluster(temp, procs, args.nodes)
             except (ConnectionError, RuntimeError) as e:
                 # Ray gives a starting node 30 s to register (hard-coded); a busy machine misses it now and
                 # then, and the node's `ray start` ends: start the cluster once more
@@ -142,8 +147,9 @@ def main() -> None:
                     sys.modules["ray"].shutdown()
                 stop_cluster(procs)
                 procs.clear()
-                address = start_cluster(temp, procs)
-            print(f"Ray cluster of two one-CPU nodes at {address} started in {time.perf_counter() - t0:.1f} s")
+                address = start_cluster(temp, procs, args.nodes)
+            shape = "two one-CPU nodes" if args.nodes == 2 else "one two-CPU node"
+            print(f"Ray cluster of {shape} at {address} started in {time.perf_counter() - t0:.1f} s")
         ray_backend = RayBackend(address=address)
         pool = ProcessBackend(workers=2)
         sides = {"ProcessBackend(workers=2)": pool, f"RayBackend, {ray_backend.workers} nodes' CPUs": ray_backend}
@@ -154,7 +160,7 @@ def main() -> None:
                 run_many(configs, backend=backend, root=Path(tmp), progress=False)
                 return time.perf_counter() - t0
 
-        for backend in sides.values():                     # untimed: workers up, data loaded
+        for backend in sides.values() if not args.smoke else ():    # untimed: workers up, data loaded
             with tempfile.TemporaryDirectory() as tmp:
                 run_many([c.replace(rounds=1, eval_every=1) for c in configs[:2]], backend=backend,
                          root=Path(tmp), progress=False)
