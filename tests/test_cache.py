@@ -340,3 +340,23 @@ def test_a_sweep_waits_for_a_run_another_process_has_claimed(tmp_path, capfd):
     assert all(h is not None and h.rounds_done == 2 for h in out)
     err = capfd.readouterr().err
     assert f"being trained by another process (pid {holder.pid}) into {folder}; waiting" in err
+
+
+def test_a_dataset_built_on_another_records_that_ones_files(tmp_path, monkeypatch):
+    """MultiMNIST is made from MNIST: its fingerprint's record holds the files of the MNIST it was
+    made from, also when that MNIST was already loaded in this process (nested loads)."""
+    import fairfl.data.base as base
+    records = []
+    for preloaded in (False, True):
+        _new_process(monkeypatch)
+        if preloaded:
+            base.load_dataset("mnist_5k")                        # loaded first, as a sweep might
+        memo = tmp_path / str(preloaded)
+        base.fingerprint("multimnist", {}, memo=memo)
+        (record,) = [json.loads(p.read_text()) for p in memo.glob("*.json")]
+        assert any(f.endswith("mnist_5k.csv.gz") for f in record["stamps"]), record["stamps"]
+        records.append(record)
+        _new_process(monkeypatch)
+        assert base.fingerprint("multimnist", {}, memo=memo) == record["fingerprint"]
+        assert base._CACHE == {}                                 # the memo answered: nothing loaded
+    assert records[0]["fingerprint"] == records[1]["fingerprint"]

@@ -181,7 +181,7 @@ def _recording():
     try:
         yield files
     finally:
-        stack.remove(files)
+        stack.pop()                     # nested blocks end in reverse order (sets are compared by value: no remove)
 
 
 def _stamp(path: str) -> list[int] | None:
