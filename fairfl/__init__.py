@@ -11,12 +11,10 @@ with a documented diagnosis).
 """
 import os as _os
 
-# Before torch first calls MKL: MKL picks its kernels by memory alignment unless told not to, so
-# rows of a fused stack were rounded differently depending on where they sat (1 ulp in the
-# training loss of 4 of 45 Adult runs trained in a group vs alone; measured), and one config would
-# not give one result. Intel MKL's strict conditional numerical reproducibility removes this
-# (``fairfl.loop.check_reproducible`` warns where it could not be switched on).
-_os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+# Intel MKL's strict reproducibility, ``fairfl.engine.exactness.MKL_CBWR`` (why: see there), must be
+# set before torch first calls MKL, so here, without importing torch; FAIRFL_EXACT=0 leaves it out.
+if _os.environ.get("FAIRFL_EXACT", "1").strip() != "0":
+    _os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 from .errors import ConfigError, DatasetNotFoundError, FairFLError, RunFailedError, TrainingDivergedError  # noqa: E402
 

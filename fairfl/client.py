@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import stacked as stacked_forward
-from .engine import Immediate, Job, Pool, Predict, Source, Trained, Trainer, chunked, predict_one, predict_stack
+from .engine import (Immediate, Job, Pool, Predict, Source, Trained, Trainer, chunked, predict_one, predict_stack,
+                     set_flat_params)
 from .errors import TrainingDivergedError
 from .messages import ClientUpdates
 from .models import num_tasks, objective_indices, objective_view, shared_mask
@@ -59,16 +60,6 @@ class LocalTraining:
 
 def flat_params(model: nn.Module) -> torch.Tensor:
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
-
-
-@torch.no_grad()
-def set_flat_params(model: nn.Module, flat: torch.Tensor) -> None:
-    """Copy ``flat`` into the parameters (``vector_to_parameters`` would make them views of
-    ``flat``, so that training would silently overwrite the global model)."""
-    i = 0
-    for p in model.parameters():
-        p.copy_(flat[i:i + p.numel()].view_as(p))
-        i += p.numel()
 
 
 @torch.no_grad()

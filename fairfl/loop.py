@@ -19,7 +19,6 @@ import json
 import threading
 import time
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -33,7 +32,7 @@ from .attacks import make_attack
 from .client import ClientRuntime, Evaluation, flat_params
 from .config import ExperimentConfig
 from .data import load_dataset
-from .engine import Lockstep, Trainer, resolve_device
+from .engine import RUN_THREADS, Lockstep, Trainer, cpu_kernels, resolve_device, run_threads  # noqa: F401 (cpu_kernels: read from here)
 from .errors import CacheError, TrainingDivergedError
 from .models import build_model
 from .partition import FederatedData, federate
@@ -199,126 +198,8 @@ def load_checkpoint(folder: Path, config: ExperimentConfig) -> RunState | None:
 
 # ----------------------------------------------------------------------------- the loop
 
-# On the CPU, some kernels reduce in an order that depends on the number of intra-op threads:
-# the bias gradient of the Table 3 CNN's first convolution (a sum over batch × 24 × 24 that oneDNN
-# splits across threads) differs by ~5e-9 between one and two threads, and the runs drift apart
-# from the first round on (tests/test_determinism.py). So the split is fixed: a run computes with
-# one intra-op thread. Parallelism comes from running several runs at once (the process pool),
-# which on these small models is also the faster way to use the cores.
-RUN_THREADS = 1
-
-# Intel MKL's conditional numerical reproducibility (fairfl/__init__.py sets MKL_CBWR before torch
-# first calls MKL): AUTO branch | STRICT, so that a row's result does not depend on its alignment
-_MKL_CBWR_STRICT = 0x10000
-
-
-def check_reproducible() -> bool:
-    """Switch MKL to strict reproducibility if it is not yet (possible only before its first
-    call); warn once where that failed, e.g. torch computed before fairfl was imported. Returns
-    whether results are independent of memory alignment (True where torch has no MKL)."""
-    global _REPRODUCIBLE
-    with _REPRODUCIBLE_LOCK:          # the runs of a group start in threads: switch once, before any computes
-        if _REPRODUCIBLE is None:
-            _REPRODUCIBLE = _switch_mkl_strict()
-    return _REPRODUCIBLE
-
-
-def _mkl_library():
-    """torch's CPU library, through which its statically linked MKL's service functions are called."""
-    import ctypes
-    import os
-    return ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
-
-
-def _switch_mkl_strict() -> bool:
-    reproducible = True
-    if torch.backends.mkl.is_available():
-        try:
-            lib = _mkl_library()
-            if not lib.mkl_serv_cbwr_get(-1) & _MKL_CBWR_STRICT:
-                lib.mkl_serv_cbwr_set(2 | _MKL_CBWR_STRICT)          # MKL_CBWR_AUTO | STRICT
-                reproducible = bool(lib.mkl_serv_cbwr_get(-1) & _MKL_CBWR_STRICT)
-        except (OSError, AttributeError):
-            pass                              # another build of torch: nothing known to switch
-        if not reproducible:
-            warnings.warn("Intel MKL was started before fairfl was imported, without MKL_CBWR=AUTO,STRICT: runs "
-                          "trained together may differ from runs trained alone in the last bit. Import fairfl "
-                          "first, or set MKL_CBWR=AUTO,STRICT in the environment.", stacklevel=4)
-    return reproducible
-
-
-_REPRODUCIBLE: bool | None = None
-_REPRODUCIBLE_LOCK = threading.Lock()
-
-# The instruction sets oneDNN (torch's convolutions) picks its kernels by, as /proc/cpuinfo names them
-_KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-                 "avx_vnni", "amx_tile", "amx_bf16")
-
-
-def cpu_kernels() -> dict[str, str]:
-    """What picks the CPU kernels a run computes with, beside its config: the last bits of every
-    result depend on it. MKL runs another code branch on an Intel CPU than on an AMD one (its
-    ``AUTO`` branch), oneDNN generates its convolutions for the instruction sets it finds, and
-    torch's own kernels reduce in vectors of its capability's width. So one config gives one result
-    bit for bit on machines that agree on all of this, and results equal to float tolerance
-    elsewhere (a last-bit difference grows over training; ``tests/test_golden.py`` measures by how
-    much). Fields: torch's version, its kernels' capability, MKL's version and branch, the CPU's
-    vendor and its relevant instruction sets, and a hash of a few of these kernels' results on
-    fixed inputs (one thread), which catches what the names do not (a library's blocking)."""
-    import ctypes
-    import hashlib
-    import platform
-    flags, vendor = set(), platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() == "vendor_id":
-                vendor = value.strip()
-            elif name.strip() == "flags":
-                flags = set(value.split())
-                break
-    except OSError:
-        pass                                   # not Linux: the probe below still tells kernels apart
-    mkl = "none"
-    if torch.backends.mkl.is_available():
-        check_reproducible()                   # the mode runs are computed in, set before MKL's first call
-        try:
-            lib = _mkl_library()
-            text = ctypes.create_string_buffer(256)
-            lib.MKL_Get_Version_String(text, 256)
-            mkl = (f"{text.value.decode(errors='replace')}; mode {lib.mkl_serv_cbwr_get(-1):#x}; "
-                   f"branch {lib.mkl_serv_cbwr_get_auto_branch()}")
-        except (OSError, AttributeError):
-            mkl = "available, branch unknown"
-    with run_threads():
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(40, 784, generator=g)
-        w = torch.randn(784, 200, generator=g, requires_grad=True)
-        images = torch.randn(10, 4, 12, 12, generator=g)
-        kernel = torch.randn(8, 2, 5, 5, generator=g, requires_grad=True)     # 2 groups, as a stack of 2
-        hidden = torch.relu(x @ w)                                              # MKL sgemm
-        batched = torch.bmm(hidden.view(4, 10, 200), w[:200, :99].unsqueeze(0).expand(4, -1, -1))
-        conv = torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(images, kernel, groups=2), 2)
-        loss = (torch.log_softmax(batched, -1).sum() + conv.square().mean())
-        loss.backward()
-        parts = [hidden, batched, conv, w.grad, kernel.grad, (x.double() @ w.detach().double()).sum(0)]
-        digest = hashlib.sha256(b"".join(p.detach().contiguous().numpy().tobytes() for p in parts)).hexdigest()
-    return {"torch": torch.__version__, "capability": torch.backends.cpu.get_cpu_capability(), "mkl": mkl,
-            "cpu": f"{vendor}: {' '.join(f for f in _KERNEL_FLAGS if f in flags) or 'none of ' + '/'.join(_KERNEL_FLAGS)}",
-            "probe": digest[:16]}
-
-
-@contextmanager
-def run_threads():
-    """Compute with :data:`RUN_THREADS` intra-op threads inside the block; restore afterwards."""
-    check_reproducible()
-    before = torch.get_num_threads()
-    torch.set_num_threads(RUN_THREADS)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
+# A run computes with RUN_THREADS intra-op threads and Intel MKL in strict mode (run_threads);
+# these rules, cpu_kernels and the other bit-exactness rules live in fairfl.engine.exactness.
 
 _FEDERATED: dict[tuple[str, str], FederatedData] = {}
 _FEDERATED_LOCK = threading.Lock()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import weakref
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -64,8 +64,8 @@ def dense(model: nn.Module) -> bool:
     return supports(model) and all(type(layer) in DENSE for layer in model.net)
 
 
-def dense_gradients(model: nn.Module, params: Sequence[torch.Tensor], x: torch.Tensor,
-                    y: torch.Tensor) -> list[torch.Tensor]:
+def dense_gradients(model: nn.Module, params: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                    transposed_is_exact: Callable[[int, int, int, torch.dtype], bool] | None = None) -> list[torch.Tensor]:
     """The gradients, per parameter of ``model.parameters()`` (stacked, (m, ...)), of
     Σₖ meanᵢ CE(fₖ(xₖᵢ), yₖᵢ) — the loss a training step of m stacked :func:`dense` models
     differentiates — on inputs (m, b, ...) and labels (m, b).
@@ -77,8 +77,9 @@ def dense_gradients(model: nn.Module, params: Sequence[torch.Tensor], x: torch.T
     ``batch1ᵀ·grad`` and ``grad·batch2ᵀ``, ``sum_to`` for the broadcast bias, ``threshold_backward``
     for ReLU, ``nll_loss_backward`` and ``_log_softmax_backward_data`` for the loss, the root
     gradient 1 divided by b), so the gradients are the same bit for bit (``tests/test_client.py``).
-    One exception: a weight gradient is taken the other way round where a probe finds that it
-    rounds the same and it is faster (:func:`_weight_gradient`)."""
+    One exception: a weight gradient is taken the other way round where ``transposed_is_exact``
+    (the engine passes ``fairfl.engine.exactness.transposed_is_exact``, a probe) says that it rounds
+    the same, as it is faster (:func:`_weight_gradient`); None keeps autograd's form everywhere."""
     m, b = y.shape
     it = iter(params)
     h = x.reshape(m, b, -1)                            # Flatten of the input, as _to_flat does
@@ -105,7 +106,7 @@ def dense_gradients(model: nn.Module, params: Sequence[torch.Tensor], x: torch.T
             continue
         if has_bias:
             grads.insert(0, grad.sum(1))            # the same reduction as sum(1, keepdim=True)
-        grads.insert(0, _weight_gradient(inp, grad))
+        grads.insert(0, _weight_gradient(inp, grad, transposed_is_exact))
         if i > 0:                                       # the input of the first layer needs none
             grad = torch.bmm(grad, w)
     return grads
@@ -130,7 +131,8 @@ def _dense_layers(model: nn.Module) -> list[tuple[nn.Module | None, bool]]:
     return known
 
 
-def _weight_gradient(inp: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+def _weight_gradient(inp: torch.Tensor, grad: torch.Tensor,
+                     transposed_is_exact: Callable[[int, int, int, torch.dtype], bool] | None) -> torch.Tensor:
     """(m, out, in): each instance's weight gradient gradᵀ·inp of a linear layer with inputs
     ``inp`` (m, b, in) and output gradients ``grad`` (m, b, out).
 
@@ -138,29 +140,15 @@ def _weight_gradient(inp: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     ``w.transpose(1, 2)``). Where the product taken the other way round, gradᵀ·inp, rounds the same
     — the same products summed over the b samples in the same order, which depends on the BLAS
     kernel the shape selects — it is used instead: for Adult's linear model at b = 10 it costs 7
-    against 36 µs for 21 instances (a quarter of a training step). :func:`_transposed_is_exact`
-    finds out once per shape; the MLPs' shapes (measured) keep autograd's form."""
+    against 36 µs for 21 instances (a quarter of a training step). ``transposed_is_exact`` says
+    where (``fairfl.engine.exactness`` finds out once per shape); the MLPs' shapes (measured) keep
+    autograd's form."""
     # CPU only: the gain is a CPU measurement, and a GPU's batched kernels are chosen by the stack's
     # size and the operands' alignment too, which a probe on fresh tensors would not stand for.
-    if inp.device.type == "cpu" and _transposed_is_exact(inp.shape[1], inp.shape[2], grad.shape[2], inp.dtype):
+    if (transposed_is_exact is not None and inp.device.type == "cpu"
+            and transposed_is_exact(inp.shape[1], inp.shape[2], grad.shape[2], inp.dtype)):
         return torch.bmm(grad.transpose(1, 2), inp)
     return torch.bmm(inp.transpose(1, 2), grad).transpose(1, 2)
-
-
-@functools.lru_cache(maxsize=256)
-def _transposed_is_exact(b: int, fan_in: int, fan_out: int, dtype: torch.dtype) -> bool:
-    """Whether, on the CPU, gradᵀ·inp gives (inpᵀ·grad)ᵀ bit for bit for stacked matrices of this
-    shape: tried on three random draws (a differing summation order or fused multiply-add would
-    show in some of the b·in·out entries). Kernels are picked by shape and layout, not by the
-    values, so the answer holds for every input of this shape; torch multiplies a stack's
-    matrices one at a time on a CPU, so a stack of 2 stands for any."""
-    g = torch.Generator().manual_seed(b * 7919 + fan_in * 31 + fan_out)
-    for scale in (1.0, 1e-3, 1e4):
-        inp = (torch.randn(2, b, fan_in, generator=g) * scale).to(dtype=dtype)
-        grad = (torch.randn(2, b, fan_out, generator=g) / b).to(dtype=dtype)
-        if not torch.equal(torch.bmm(grad.transpose(1, 2), inp), torch.bmm(inp.transpose(1, 2), grad).transpose(1, 2)):
-            return False
-    return True
 
 
 @functools.lru_cache(maxsize=64)

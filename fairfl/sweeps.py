@@ -40,6 +40,7 @@ from .cache import load as load_entry
 from .cache import entry as cache_entry
 from .cache import key as entry_key
 from .config import ExperimentConfig
+from .engine import schedule_key
 from .errors import ConfigError, FairFLError, RunFailedError
 from .loop import CHECKPOINT, History, simulate, simulate_group
 from .progress import SweepProgress
@@ -571,10 +572,13 @@ MAX_GROUP = {"cpu": 32, "cuda": 512}
 
 
 def _family(config: ExperimentConfig) -> str:
-    local = config.local
+    """Runs of one family share lockstep groups: what the engine's rule of fusion
+    (``fairfl.engine.fusion_key``) asks of their jobs, read off a config — the architecture (by its
+    data and model) and the steps (``fairfl.engine.schedule_key``). Runs that differ only in the kind
+    of update (momentum, weight decay, proximal term) still share a group: each of its executions
+    trains their stacks side by side."""
     return json.dumps([config.dataset, dict(config.dataset_options), config.model, dict(config.model_options),
-                       local.epochs if local.steps is None else None, local.batch_size, local.steps, config.batched,
-                       config.device_type], sort_keys=True, default=str)
+                       *schedule_key(config.local), config.batched, config.device_type], sort_keys=True, default=str)
 
 
 def plan_groups(configs: Sequence[ExperimentConfig], slots: int, max_group: int | None = None) -> list[list[int]]:

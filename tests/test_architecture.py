@@ -103,3 +103,28 @@ def test_every_algorithm_module_is_registered_and_documented():
     readme = (ROOT.parent / "README.md").read_text()
     for name in own:
         assert f"`{name}`" in readme, f"algorithm {name} is not in the README's table"
+
+
+# The engine's rooms, lowest first: a room imports only rooms below it (the package's __init__ only
+# re-exports). stacked (fairfl.stacked, the fused kernels) sits below them all and is handed the
+# one rule it needs (exactness.transposed_is_exact) by its caller.
+ENGINE_LAYERS = ["jobs", "stack", "predict", "exactness", "device", "fused", "reference", "dispatch", "lockstep"]
+
+
+def test_the_engines_rooms_import_only_rooms_below_them():
+    rooms = {n.rsplit(".", 1)[1] for n in MODULES if n.startswith("fairfl.engine.")}
+    assert rooms == set(ENGINE_LAYERS), rooms ^ set(ENGINE_LAYERS)
+    for i, room in enumerate(ENGINE_LAYERS):
+        for target in GRAPH[f"fairfl.engine.{room}"]:
+            if target.startswith("fairfl.engine"):
+                assert target.rsplit(".", 1)[1] in ENGINE_LAYERS[:i], f"engine.{room} imports {target}"
+    assert not [t for t in GRAPH["fairfl.stacked"] if t.startswith("fairfl.engine")]
+
+
+def test_every_exactness_switch_lives_in_one_module():
+    # MKL's reproducibility mode and torch's CUDA determinism switches are set in fairfl.engine.exactness
+    # only (fairfl/__init__.py sets MKL_CBWR's value before torch is imported, as exactness says)
+    switches = ("mkl_serv_cbwr_set", "cudnn.deterministic", "fp32_precision", "allow_tf32", "CUBLAS_WORKSPACE_CONFIG")
+    found = {name for name, path in MODULES.items() if any(s in path.read_text() for s in switches)}
+    assert found == {"fairfl.engine.exactness"}, found
+    assert max(len(MODULES[n].read_text().splitlines()) for n in MODULES if n.startswith("fairfl.engine")) < 400

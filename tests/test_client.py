@@ -215,20 +215,21 @@ def test_batch_plan_is_each_epochs_permutation_cut_into_batches(n, epochs, b):
 
 @pytest.mark.parametrize("block_floats", [1, 2 * 4 * 3 * 4, 2 ** 20])    # a step: 4 samples × 3 rows × 4 floats
 def test_fused_batches_are_each_steps_samples_gathered_alone(monkeypatch, block_floats):
-    """The fused loop's batches, gathered in blocks of steps (engine._Gather.batches), are each
+    """The fused loop's batches, gathered in blocks of steps (engine.stack.Gather.batches), are each
     step's samples and labels as indexing each instance's data by its plan gives them: over two
     data pools, an offset source, an uneven last batch, and blocks of one step, two steps, or a
     whole epoch's equal steps."""
     from fairfl import engine
-    monkeypatch.setattr(engine, "GATHER_FLOATS", block_floats)
+    from fairfl.engine import stack
+    monkeypatch.setattr(stack, "GATHER_FLOATS", block_floats)
     g = torch.Generator().manual_seed(3)
     pool_a = (torch.randn(40, 2, 2, generator=g), torch.randint(0, 5, (40,), generator=g))
     pool_b = (torch.randn(30, 2, 2, generator=g), torch.randint(0, 5, (30,), generator=g))
     sources = [engine.Source(*pool_a, 0, 23), engine.Source(*pool_a, 17, 23), engine.Source(*pool_b, 5, 23)]
     local = LocalTraining(epochs=2, batch_size=4)                          # 23 = 5 × 4 + 3: 6 steps an epoch
-    rows = [engine._Row(0, k, src, Stream(0, 1, k), batch_plan(src.size, local, Stream(0, 1, k).generator()))
+    rows = [stack.Row(0, k, src, Stream(0, 1, k), batch_plan(src.size, local, Stream(0, 1, k).generator()))
             for k, src in enumerate(sources)]
-    got = list(engine._Gather(rows, torch.device("cpu")).batches())
+    got = list(stack.Gather(rows, torch.device("cpu")).batches())
     assert len(got) == 12
     for step, (x, y) in enumerate(got):
         for i, r in enumerate(rows):
@@ -240,12 +241,13 @@ def test_fused_batches_of_an_empty_client_are_one_empty_batch():
     """A client without samples has one empty batch (batch_plan), which the fused loop gathers as
     (1, 0, ...) samples and (1, 0) labels; it must not index a sample that is not there."""
     from fairfl import engine
+    from fairfl.engine import stack
     x, y = torch.randn(5, 2, 2), torch.arange(5)
     empty = engine.Source(x, y, 3, 0)
     plan = batch_plan(0, LocalTraining(epochs=1, batch_size=4), torch.Generator().manual_seed(0))
     for pool in ((x, y), (x[:0], y[:0])):
         src = engine.Source(*pool, 0, 0) if len(pool[1]) == 0 else empty
-        (got_x, got_y), = engine._Gather([engine._Row(0, 0, src, Stream(0, 1, 0), plan)], torch.device("cpu")).batches()
+        (got_x, got_y), = stack.Gather([stack.Row(0, 0, src, Stream(0, 1, 0), plan)], torch.device("cpu")).batches()
         assert got_x.shape == (1, 0, 2, 2) and got_y.shape == (1, 0)
 
 
@@ -394,10 +396,10 @@ def test_evaluation_max_pool_equals_max_pool2d(hw):
 
 def _autograd_gradients(model, params, x, y):
     """What the engine's autograd step differentiates: Σₖ meanᵢ CE, through stacked.forward."""
-    from fairfl.engine import _stacked_losses
+    from fairfl.engine.stack import stacked_losses
     leaves = [p.detach().clone().requires_grad_() for p in params]
     names = [n for n, _ in model.named_parameters()]
-    return torch.autograd.grad(_stacked_losses(model, names, leaves, x, y, reduction="total"), leaves)
+    return torch.autograd.grad(stacked_losses(model, names, leaves, x, y, reduction="total"), leaves)
 
 
 class _NoBias(torch.nn.Module):
@@ -424,7 +426,8 @@ def test_dense_gradients_equal_autograds_bit_for_bit(model_name, m, b, scale):
     x = torch.randn(m, b, *shape, generator=g) * scale
     y = torch.randint(0, classes, (m, b), generator=g)
     want = _autograd_gradients(model, params, x, y)
-    got = stacked.dense_gradients(model, params, x, y)
+    from fairfl.engine.exactness import transposed_is_exact
+    got = stacked.dense_gradients(model, params, x, y, transposed_is_exact)     # as the engine calls it
     assert len(got) == len(want)
     for a, w in zip(got, want):
         assert a.shape == w.shape and torch.equal(a, w)

@@ -12,6 +12,8 @@ import pytest
 import torch
 
 import fairfl.engine as engine
+import fairfl.engine.predict as predictions
+from fairfl.engine import dispatch, exactness, fused
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec, stacked
 from fairfl.algorithms.afl import AFL
 from fairfl.algorithms.ditto import Ditto
@@ -85,12 +87,12 @@ def alone(fmnist):
 @pytest.mark.slow
 def test_every_run_of_a_group_gives_its_result_alone_bit_for_bit(alone, monkeypatch):
     calls = []
-    real = engine.execute
+    real = dispatch.execute
 
     def counting(jobs):                   # the real engine, counted
         calls.append(len(jobs))
         return real(jobs)
-    monkeypatch.setattr(engine, "execute", counting)
+    monkeypatch.setattr(dispatch, "execute", counting)
     names = list(GROUP)
     results = simulate_group([GROUP[n] for n in names], progress=False)
     for name, h in zip(names, results):
@@ -223,24 +225,24 @@ def test_a_stack_cut_into_chunks_gives_each_run_its_result_alone(fmnist, monkeyp
     # depends on how many runs share it: 3 runs x 4 clients in chunks of at most 5 put the runs'
     # clients beside other runs' clients and split a run over two chunks, where each run alone is
     # one stack of 4. With 3 clients, a run alone is a stack of three, which computes the CNN's first
-    # weight gradient with other kernels than a pair on this project's CPU (engine._size_is_exact);
+    # weight gradient with other kernels than a pair on this project's CPU (exactness.size_is_exact);
     # a budget below one instance (notebook 02's CNN at b = 400) cuts pairs. Every instance must get
     # the same bits whichever stack it is in, and every stack trained must have a size that computes
     # as a pair does.
-    per_instance = 3 * CNN.local.batch_size * engine._floats_per_sample(
+    per_instance = 3 * CNN.local.batch_size * fused._floats_per_sample(
         build_model("cnn_fmnist", (1, 28, 28), 3), torch.zeros(1, 1, 28, 28), ())
-    monkeypatch.setitem(engine.FUSED_FLOATS, "cpu", int(budget * per_instance))
+    monkeypatch.setitem(fused.FUSED_FLOATS, "cpu", int(budget * per_instance))
     configs = [CNN.replace(algorithm=FedAvg(), clients_per_round=clients, seed=s) for s in (0, 1, 2)]
     cuts = []
-    real = engine._chunks
-    monkeypatch.setattr(engine, "_chunks", lambda *a: cuts.append([(len(c), n) for c, n in real(*a)]) or real(*a))
+    real = fused._chunks
+    monkeypatch.setattr(fused, "_chunks", lambda *a: cuts.append([(len(c), n) for c, n in real(*a)]) or real(*a))
     group = simulate_group(configs, progress=False)
     assert any(len(cut) > 1 and sum(c for c, _ in cut) == 3 * clients for cut in cuts), cuts   # one stack, cut
     for c, h in zip(configs, group):
         assert state(h) == state(simulate(c, progress=False)), c.seed
     trained = {c + n for cut in cuts for c, n in cut}
-    exact = {m for (_, m), ok in engine._EXACT_SIZES.items() if ok} | {engine._REFERENCE_SIZE}
-    assert trained <= exact, (trained, engine._EXACT_SIZES)
+    exact = {m for (_, m), ok in exactness._EXACT_SIZES.items() if ok} | {exactness.REFERENCE_SIZE}
+    assert trained <= exact, (trained, exactness._EXACT_SIZES)
 
 
 def test_stacks_are_cut_to_sizes_that_compute_as_pairs():
@@ -248,8 +250,8 @@ def test_stacks_are_cut_to_sizes_that_compute_as_pairs():
 
     def cut(rows, per_row, inexact=(), only_pairs=False):
         exact = (lambda m: m == 2) if only_pairs else (lambda m: m not in inexact)
-        return [(len(c), n) for c, n in engine._chunks(list(range(rows)), per_row, device, exact)]
-    big = engine.FUSED_FLOATS["cpu"]                        # one row alone is over the budget
+        return [(len(c), n) for c, n in fused._chunks(list(range(rows)), per_row, device, exact)]
+    big = fused.FUSED_FLOATS["cpu"]                        # one row alone is over the budget
     cnn = (1, 3)                                            # the sizes that round otherwise for the CNN here
     assert cut(5, big) == [(1, 0)] * 5                      # every size computes alike (the dense models)
     assert cut(5, big, cnn) == [(2, 0), (2, 0), (1, 1)]     # pairs; a last one can join neither: a copy
@@ -266,7 +268,7 @@ def test_stacks_are_cut_to_sizes_that_compute_as_pairs():
 def test_every_stack_size_gives_an_instance_the_bits_of_a_pair(fmnist):
     # The same instance (start, data, stream) stacked with 1..6 copies of itself through the engine:
     # every copy of every stack computes what it computes in a pair. Fails where a stack of one or
-    # three of the CNN is trained as it is (other kernels, engine._size_is_exact).
+    # three of the CNN is trained as it is (other kernels, exactness.size_is_exact).
     from fairfl.client import flat_params
     model = build_model("cnn_fmnist", (1, 28, 28), 10, seed=0)
     start = flat_params(model)
@@ -290,10 +292,9 @@ def test_a_run_whose_partners_finish_first_gives_its_result_alone(fmnist):
     # round 0's stack with the short one and is alone in the rounds after. A stack of one computes
     # with other kernels (a plain convolution, not a grouped one; vmap likewise for FMOL's LeNet),
     # so it is trained beside a copy of itself; a dense model's stack of one computes as a larger
-    # stack does (engine._size_is_exact finds out), so it trains alone. Either way the long run
+    # stack does (exactness.size_is_exact finds out), so it trains alone. Either way the long run
     # gets its result alone.
-    from fairfl import engine
-    engine._EXACT_SIZES.clear()
+    exactness._EXACT_SIZES.clear()
     cnn = CNN.replace(algorithm=FedAvg(), clients_per_round=1, eval_every=3)
     mgd = fmol_config(K=1, n=32, clients=3, rounds=3, centralised=True)        # pooled data: one instance
     mlp = MLP.replace(algorithm=FedAvg(), clients_per_round=1, eval_every=3)                  # full batch
@@ -304,7 +305,7 @@ def test_a_run_whose_partners_finish_first_gives_its_result_alone(fmnist):
         assert state(grouped[0]) == state(simulate(long, progress=False)), long.model
         assert state(grouped[1]) == state(simulate(short, progress=False)), short.model
     # both ways were taken: a copy for the CNN (and the LeNet), none for the MLP, on this machine
-    alone = {k: ok for (k, m), ok in engine._EXACT_SIZES.items() if m == 1}
+    alone = {k: ok for (k, m), ok in exactness._EXACT_SIZES.items() if m == 1}
     assert set(alone.values()) == {True, False}, alone
 
 
@@ -316,23 +317,24 @@ def test_predictions_of_several_models_on_the_same_data_are_each_models_own(fmni
     model the logits it gets alone bit for bit: stacked for a small dense model (where it pays and
     is exact), one model at a time for the MLP and the CNN (where a stack is slower)."""
     from fairfl.client import flat_params, predict
-    engine._PREDICT_EXACT.clear()
+    exactness._PREDICT_EXACT.clear()
     x = fmnist.x_test[:1100].reshape(1100, -1) if name == "logreg" else fmnist.x_test[:1100]
     parts = (x[:300], x[300:1099], x[1099:])                    # chunks across parts, a last short one
     models = [build_model(name, tuple(x.shape[1:]), 10, seed=s) for s in range(3)]
     jobs = [engine.Predict(models[0], flat_params(m), parts) for m in models]
     stacked_calls = []
-    real = engine.predict_stack
+    real = predictions.predict_stack
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(engine, "predict_stack", lambda model, params, *a: stacked_calls.append(len(params[0])) or real(model, params, *a))
+        for where in (dispatch, predictions):        # stacked where they meet, one model at a time
+            mp.setattr(where, "predict_stack", lambda model, params, *a: stacked_calls.append(len(params[0])) or real(model, params, *a))
         got = engine.execute(jobs)
     for model, logits in zip(models, got):
         assert torch.equal(logits, predict(model.eval(), list(parts))), name
     assert not torch.equal(got[0], got[1])
     if name == "logreg":
-        assert 3 in stacked_calls and engine._PREDICT_EXACT and all(engine._PREDICT_EXACT.values())
+        assert 3 in stacked_calls and exactness._PREDICT_EXACT and all(exactness._PREDICT_EXACT.values())
     else:                                # too large to gain from a stack: one model at a time
-        assert max(stacked_calls) == 1 and not engine._PREDICT_EXACT
+        assert max(stacked_calls) == 1 and not exactness._PREDICT_EXACT
     empty = engine.execute([engine.Predict(models[0], flat_params(m), (x[:0], x[:0])) for m in models])
     assert all(isinstance(e, torch.Tensor) and e.numel() == 0 for e in empty), empty
 
@@ -345,13 +347,13 @@ def test_runs_that_predict_between_rounds_still_train_together(fairfl_env):
     configs = [base.replace(algorithm=AFL(lr_lambda=0.5)), base.replace(algorithm=FedAvg()),
                base.replace(algorithm=AFL(lr_lambda=0.5), seed=1)]
     flushes = []
-    real = engine.execute
+    real = dispatch.execute
 
     def recording(jobs):
         flushes.append(sorted(type(j).__name__ for j in jobs))
         return real(jobs)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(engine, "execute", recording)
+        mp.setattr(dispatch, "execute", recording)
         group = simulate_group(configs, progress=False)
     training = [f for f in flushes if "Job" in f]
     assert training == [["Job"] * 3] * 3, flushes                 # one per round, all three runs, nothing else
@@ -367,7 +369,7 @@ def test_an_error_of_the_engine_itself_reaches_every_run_of_its_batch(fmnist, mo
 
     def broken(jobs):
         raise RuntimeError("the engine broke")
-    monkeypatch.setattr(engine, "execute", broken)
+    monkeypatch.setattr(dispatch, "execute", broken)
     out: dict = {}
     configs = [MLP.replace(algorithm=FedAvg(), rounds=1), MLP.replace(algorithm=FedAvg(), rounds=1, seed=1)]
     worker = threading.Thread(target=lambda: out.update(results=simulate_group(configs, progress=False)), daemon=True)

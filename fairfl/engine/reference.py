@@ -1,0 +1,63 @@
+"""The reference path of local training: one instance after another, each an ``nn.Module`` with
+``torch.optim.SGD``. It runs what cannot be stacked (recurrent models, ``batched=False``) and is
+what the fused path is tested against (to float tolerance; bit for bit where the kernels agree).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import stacked as stacked_forward
+from .jobs import LOSS_CHUNK, Job, Trained, set_flat_params, unflatten
+
+
+def train_sequential(job: Job) -> Trained:
+    """One instance after another, each an ``nn.Module`` with ``torch.optim.SGD``; dropout draws
+    the masks of the instance's stream (``fairfl.stacked.keyed_dropout``)."""
+    model, cfg = job.model, job.local
+    saved = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+    params, sums, after, firsts = [], [], [], []
+    try:
+        with stacked_forward.keyed_dropout(model) as dropout:
+            for k, (source, stream, plan) in enumerate(zip(job.sources, job.streams, job.plans)):
+                set_flat_params(model, job.starts[k])
+                centre = ([t.detach().clone() for t in model.parameters()] if job.prox_centre is None
+                          else unflatten(job.prox_centre, list(model.parameters())))
+                model.train()
+                opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+                acc = [torch.zeros_like(p) for p in model.parameters()] if job.sum_gradients else None
+                x, y = source.data()
+                dropout["key"] = stream.key
+                for step, idx in enumerate(plan):
+                    dropout["step"] = step
+                    idx = idx.to(x.device)
+                    opt.zero_grad(set_to_none=True)
+                    loss = F.cross_entropy(model(x[idx]), y[idx])
+                    if cfg.prox_mu:
+                        loss = loss + cfg.prox_mu / 2 * sum(((p - g) ** 2).sum() for p, g in zip(model.parameters(), centre))
+                    loss.backward()
+                    if acc is not None:
+                        for a, p in zip(acc, model.parameters()):
+                            a.add_(p.grad)
+                    if job.first_gradient and step == 0:
+                        firsts.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
+                    opt.step()
+                if job.loss_after:
+                    model.eval()
+                    with torch.no_grad():
+                        after.append(_sequential_loss(model, x, y))
+                    model.train()
+                params.append(torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone())
+                if acc is not None:
+                    sums.append(torch.cat([a.reshape(-1) for a in acc]))
+    finally:
+        set_flat_params(model, saved)
+    return Trained(torch.stack(params), torch.stack(sums) if job.sum_gradients else None,
+                   torch.stack(after) if job.loss_after else None, torch.stack(firsts) if job.first_gradient else None)
+
+
+def _sequential_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    total = sum(F.cross_entropy(model(x[i:i + LOSS_CHUNK]), y[i:i + LOSS_CHUNK], reduction="sum")
+                for i in range(0, len(y), LOSS_CHUNK))
+    return total / len(y)
