@@ -25,6 +25,7 @@ from pathlib import Path
 from .atomic import atomic_write, check_json_npz, remove_stale_temporaries
 from .config import CACHE_VERSION, ExperimentConfig
 from .data.base import fingerprint
+from .engine import exactness
 from .errors import CacheError, FairFLError
 from .loop import CHECKPOINT, History
 from .paths import results_root
@@ -56,6 +57,10 @@ def key(config: ExperimentConfig, root: Path | str | None = None) -> str:
     """The entry's name: the config's canonical key and the fingerprint of its data."""
     memo = Path(root if root is not None else results_root()) / FINGERPRINTS
     data = fingerprint(config.dataset, config.dataset_options, memo=memo)
+    if not exactness.EXACT:
+        # FAIRFL_EXACT=0 trains within rounding of the config's result, not to its bits: such a run
+        # is kept apart, never read as the exact result (nor the other way round)
+        data += ":inexact"
     return hashlib.sha256(f"{config.key()}:{data}".encode()).hexdigest()[:16]
 
 

@@ -360,3 +360,18 @@ def test_a_dataset_built_on_another_records_that_ones_files(tmp_path, monkeypatc
         assert base.fingerprint("multimnist", {}, memo=memo) == record["fingerprint"]
         assert base._CACHE == {}                                 # the memo answered: nothing loaded
     assert records[0]["fingerprint"] == records[1]["fingerprint"]
+
+
+def test_runs_trained_without_the_exactness_rules_are_another_entry(tmp_path):
+    """FAIRFL_EXACT=0 gives results within rounding of the exact ones: never served as them."""
+    import subprocess
+    import sys
+    code = ("import json, sys\nfrom fairfl import ExperimentConfig\nfrom fairfl.cache import key\n"
+            "print(key(ExperimentConfig.from_dict(json.loads(sys.argv[2])), sys.argv[1]))")
+    keys = {}
+    for exact in ("1", "0"):
+        r = subprocess.run([sys.executable, "-c", code, str(tmp_path), json.dumps(CFG.to_dict())], capture_output=True,
+                           text=True, timeout=300, env={**os.environ, "FAIRFL_EXACT": exact})
+        assert r.returncode == 0, r.stderr
+        keys[exact] = r.stdout.strip()
+    assert keys["1"] == cache.key(CFG, tmp_path) != keys["0"]
