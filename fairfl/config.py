@@ -41,7 +41,7 @@ from .validation import option, validate_options
 # 5: Intel MKL in strict reproducibility mode.
 # 6: a lone instance trains in a stack of two (a stack of one rounded otherwise, fairfl.engine).
 # 7: no stack of any size that rounds otherwise than a pair (a stack of three of a CNN did: the
-#    first convolution's weight gradient, fairfl.engine._size_is_exact).
+#    first convolution's weight gradient, fairfl.engine.exactness.size_is_exact).
 CACHE_VERSION = 7
 DEVICES = "'auto', 'cpu', 'cuda' or 'cuda:N'"
 
