@@ -27,7 +27,7 @@ from .config import CACHE_VERSION, ExperimentConfig
 from .data.base import fingerprint
 from .engine import exactness
 from .errors import CacheError, FairFLError
-from .loop import CHECKPOINT, History
+from .history import CHECKPOINT, History
 from .paths import results_root
 
 FILES = ("history.json", "history.npz")

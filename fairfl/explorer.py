@@ -37,7 +37,7 @@ import numpy as np
 
 from . import metrics
 from .errors import ConfigError
-from .loop import History
+from .history import History
 from .plotting import plain_log_ticks, round_axis
 
 MISSING = "–"          # the value of a setting a run does not have (an option of another algorithm)

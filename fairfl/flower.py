@@ -56,7 +56,8 @@ from .client import ClientRuntime, Evaluation, LocalTraining, evaluate_model, fl
 from .config import ExperimentConfig
 from .engine import resolve_device
 from .errors import ConfigError, RunFailedError, TrainingDivergedError
-from .loop import History, federated_data, run_threads
+from .history import History
+from .loop import federated_data, run_threads
 from .messages import ClientUpdates
 from .models import build_model
 

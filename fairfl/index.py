@@ -26,7 +26,7 @@ import numpy as np
 from .cache import FILES, VERSION_FILE
 from .config import CACHE_VERSION
 from .errors import ConfigError, FairFLError
-from .loop import CHECKPOINT, History
+from .history import CHECKPOINT, History
 from .paths import results_root
 
 # the columns of the summary table, in order (the DataFrame has every setting after them)

@@ -13,7 +13,7 @@ from matplotlib.ticker import LogFormatter, MaxNLocator
 
 from .paths import figures_root
 from .atomic import atomic_write
-from .loop import History
+from .history import History
 
 
 # JupyterLab shows a figure at its natural size up to the width of the notebook's column and

@@ -42,7 +42,8 @@ from .cache import key as entry_key
 from .config import ExperimentConfig
 from .engine import schedule_key
 from .errors import ConfigError, FairFLError, RunFailedError
-from .loop import CHECKPOINT, History, simulate, simulate_group
+from .history import CHECKPOINT, History
+from .loop import simulate, simulate_group
 from .progress import SweepProgress
 
 

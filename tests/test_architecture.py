@@ -128,3 +128,14 @@ def test_every_exactness_switch_lives_in_one_module():
     found = {name for name, path in MODULES.items() if any(s in path.read_text() for s in switches)}
     assert found == {"fairfl.engine.exactness"}, found
     assert max(len(MODULES[n].read_text().splitlines()) for n in MODULES if n.startswith("fairfl.engine")) < 400
+
+
+def test_the_readers_of_results_do_not_import_the_round_loop():
+    # History and checkpoints live on a low floor (fairfl.history): what reads results (the cache,
+    # the results index, plotting) does not need the loop at all; the explorer reads through the
+    # history too, and reaches the loop only through the sweeps that train the runs you ask it for
+    for name in ("fairfl.history", "fairfl.cache", "fairfl.index", "fairfl.plotting"):
+        assert "fairfl.loop" not in reachable(name), f"{name} depends on fairfl.loop"
+    for name in ("fairfl.cache", "fairfl.index", "fairfl.plotting", "fairfl.explorer"):
+        assert "fairfl.history" in GRAPH[name] and "fairfl.loop" not in GRAPH[name], name
+    assert "fairfl.client" not in GRAPH["fairfl.history"]

@@ -18,7 +18,8 @@ import fairfl.cache as cache
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
 from fairfl.algorithms.fedavg import FedAvg
 from fairfl.errors import CacheError, DataError, WriteError
-from fairfl.loop import CHECKPOINT, simulate
+from fairfl.history import CHECKPOINT
+from fairfl.loop import simulate
 from fairfl.sweeps import SerialBackend, run, run_many
 
 CFG = ExperimentConfig(dataset="adult", model="logreg",

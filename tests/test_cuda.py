@@ -15,7 +15,8 @@ from fairfl.algorithms.fedavg import FedAvg
 from fairfl.algorithms.afl import AFL
 from fairfl.algorithms.fedmgda import FedMGDAPlus
 from fairfl.engine import resolve_device
-from fairfl.loop import CHECKPOINT, simulate, simulate_group
+from fairfl.history import CHECKPOINT
+from fairfl.loop import simulate, simulate_group
 from fairfl.seeding import Stream, keep_mask
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")

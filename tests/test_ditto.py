@@ -13,7 +13,8 @@ from fairfl import ConfigError, ExperimentConfig, LocalTraining, PartitionSpec
 from fairfl.algorithms.ditto import Ditto
 from fairfl.algorithms.fedavg import FedAvg
 from fairfl.client import flat_params, set_flat_params, train_instances
-from fairfl.loop import load_checkpoint, simulate
+from fairfl.history import load_checkpoint
+from fairfl.loop import simulate
 from fairfl.models import build_model
 from fairfl.seeding import Stream
 

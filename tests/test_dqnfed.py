@@ -14,7 +14,8 @@ from fairfl.algorithms.dqnfed import (DQNFed, client_updates, dqnfed_step, inver
                                      theorem_4_2_scale, usable_pair)
 from fairfl.client import ClientRuntime
 from fairfl.client import gradients as full_batch_gradients
-from fairfl.loop import load_checkpoint, simulate
+from fairfl.history import load_checkpoint
+from fairfl.loop import simulate
 from fairfl.messages import ClientUpdates
 from fairfl.minnorm import min_norm_weights
 from fairfl.models import build_model

@@ -25,7 +25,8 @@ from fairfl.algorithms.fmgda import FMGDA
 from fairfl.algorithms.qffl import QFedAvg
 from fairfl.algorithms.term import TERM
 from fairfl.errors import ConfigError
-from fairfl.loop import load_checkpoint, simulate, simulate_group
+from fairfl.history import load_checkpoint
+from fairfl.loop import simulate, simulate_group
 from fairfl.models import build_model
 from fairfl.paper import fmol_config
 from fairfl.seeding import Stream, keep_mask

@@ -25,7 +25,8 @@ pytest.importorskip("flwr")
 
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
 from fairfl.algorithms.fmgda import FMGDA
-from fairfl.loop import load_checkpoint, simulate
+from fairfl.history import load_checkpoint
+from fairfl.loop import simulate
 
 # Three-class Fashion-MNIST split in label shards over 6 clients, 3 sampled per round: the
 # clients' updates conflict, so FedFV projects, MGDA's λ moves off uniform and q-FedAvg's

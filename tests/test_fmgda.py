@@ -19,7 +19,8 @@ from fairfl.algorithms import Context
 from fairfl.algorithms.fedmgda import FedMGDA
 from fairfl.algorithms.fmgda import FMGDA, average_updates
 from fairfl.client import train_objectives
-from fairfl.loop import load_checkpoint, simulate
+from fairfl.history import load_checkpoint
+from fairfl.loop import simulate
 from fairfl.messages import ClientUpdates
 from fairfl.minnorm import min_norm_weights
 from fairfl.models import MultiTaskNet, objective_indices, shared_mask

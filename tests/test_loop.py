@@ -15,7 +15,8 @@ from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
 from fairfl.algorithms import sample_clients
 from fairfl.algorithms.fedavg import FedAvg
 from fairfl.errors import RunFailedError, TrainingDivergedError
-from fairfl.loop import CHECKPOINT, History, load_checkpoint, simulate
+from fairfl.history import CHECKPOINT, History, load_checkpoint
+from fairfl.loop import simulate
 from fairfl.messages import Aggregate
 from fairfl.schedules import step_decay
 from fairfl.sweeps import ProcessBackend, SerialBackend, is_cached, run, run_dir, run_many

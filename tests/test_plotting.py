@@ -10,7 +10,7 @@ import pytest  # noqa: E402
 from figure_text import cut_off, over_other_panels, overlapping, shown_size_px, tick_labels  # noqa: E402
 
 from fairfl import plotting  # noqa: E402
-from fairfl.loop import History  # noqa: E402
+from fairfl.history import History  # noqa: E402
 from fairfl.plotting import save_figure  # noqa: E402
 
 
