@@ -596,7 +596,7 @@ def _start_ray(num_cpus: int | None) -> None:
     The rest is what Flower's own start passes: no dashboard, Ray's log level WARNING, the workers'
     output forwarded here, this process's ``sys.path`` as the workers' PYTHONPATH."""
     import ray
-    from .sweeps import RayBackend
+    from .backends import RayBackend
     if ray.is_initialized():
         return
     pythonpath = os.pathsep.join([*sys.path, *filter(None, [os.environ.get("PYTHONPATH")])])

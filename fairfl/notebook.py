@@ -101,7 +101,7 @@ def start(profile: str | None, profiles: Mapping[str, Mapping[str, Any]], worker
     from .engine import resolve_device
     from .plotting import use_style
     from .config import ExperimentConfig
-    from .sweeps import SerialBackend, chosen_backend, default_backend
+    from .backends import SerialBackend, chosen_backend, default_backend
     device = ExperimentConfig(device=device or os.environ.get("FAIRFL_DEVICE", "cpu")).device
     resolve_device(device)            # a CUDA device this machine lacks is named now, before any data is read
     profile = resolve_profile(profile)
