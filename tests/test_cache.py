@@ -128,36 +128,18 @@ def test_one_bad_entry_does_not_stop_a_sweep(cached, tmp_path):
 
 def test_other_data_is_another_entry(tmp_path, monkeypatch):
     """A data file that changes after a run was cached makes the fingerprint, hence the entry,
-    change: the old result is not returned for the new data. Full MNIST has no recorded checksum
-    here (torchvision checks its downloads), so a hand-made copy stands in for it."""
-    raw = tmp_path / "data" / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-
-    def idx(name, array):
-        header = bytes([0, 0, 8, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
-        (raw / name).write_bytes(header + array.astype(np.uint8).tobytes())
-    idx("train-images-idx3-ubyte", rng.integers(0, 256, (200, 28, 28)))
-    idx("train-labels-idx1-ubyte", rng.integers(0, 10, 200))
-    idx("t10k-images-idx3-ubyte", rng.integers(0, 256, (50, 28, 28)))
-    idx("t10k-labels-idx1-ubyte", rng.integers(0, 10, 50))
+    change: the old result is not returned for the new data."""
+    raw = _handmade_mnist(tmp_path / "data", 0)
     monkeypatch.setenv("FAIRFL_DATA", str(tmp_path / "data"))
-    cfg = ExperimentConfig(dataset="mnist", model="logreg", partition=PartitionSpec("iid", num_clients=4), rounds=1,
-                           participation=0.5, local=LocalTraining(batch_size=20))
-    import fairfl.data.base as base
-
-    def new_process():      # the memos of loaded datasets and fingerprints start empty
-        monkeypatch.setattr(base, "_CACHE", {})
-        monkeypatch.setattr(base, "_FINGERPRINTS", {})
-    new_process()
-    first = cache.entry(cfg, tmp_path / "results")
-    run(cfg, root=tmp_path / "results", progress=False)
+    _new_process(monkeypatch)
+    first = cache.entry(MNIST_CFG, tmp_path / "results")
+    run(MNIST_CFG, root=tmp_path / "results", progress=False)
     data = bytearray((raw / "train-images-idx3-ubyte").read_bytes())
     data[-1] ^= 0xFF                                            # one pixel changed
     (raw / "train-images-idx3-ubyte").write_bytes(bytes(data))
-    new_process()
-    assert cache.entry(cfg, tmp_path / "results") != first
-    assert not cache.is_cached(cfg, tmp_path / "results")
+    _new_process(monkeypatch)
+    assert cache.entry(MNIST_CFG, tmp_path / "results") != first
+    assert not cache.is_cached(MNIST_CFG, tmp_path / "results")
 
 
 def test_a_changed_offline_copy_is_refused_by_its_recorded_checksum(tmp_path, monkeypatch):

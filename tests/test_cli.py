@@ -279,27 +279,13 @@ def test_a_binary_config_file_and_a_file_as_results_root_are_named(tmp_path):
     assert r.returncode == 2 and f"{a_file} is a file, not a results folder" in r.stderr, r.stdout + r.stderr
 
 
-_OWN_ALGORITHM = '''
-from dataclasses import dataclass
-from fairfl.algorithms import Algorithm, option, register
-from fairfl.messages import Aggregate
-
-
-@register
-@dataclass(frozen=True)
-class TrimmedMean(Algorithm):
-    name = "trimmed_mean"
-    trim: int = option(1, low=0)
-
-    def aggregate(self, reports, state, ctx):
-        g = reports.updates.sort(dim=0).values
-        return Aggregate(g[self.trim: reports.m - self.trim].mean(dim=0), state, {})
-'''
-
-
 @pytest.mark.slow
 def test_run_imports_the_users_own_algorithm(tmp_path):
-    (tmp_path / "my_algorithms.py").write_text(_OWN_ALGORITHM)
+    """The README's route for an algorithm of one's own, with the README's own module."""
+    import re
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    (block,) = re.findall(r"```python\n(# my_algorithms\.py\n.*?)```", readme, flags=re.S)
+    (tmp_path / "my_algorithms.py").write_text(block)
     cfg = tmp_path / "my.yaml"
     cfg.write_text("dataset: adult\nmodel: logreg\nalgorithm: {name: trimmed_mean, trim: 1}\nrounds: 1\n"
                    "participation: 1.0\npartition: {scheme: iid, num_clients: 4}\nlocal: {batch_size: 500}\n")
