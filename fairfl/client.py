@@ -207,6 +207,88 @@ def gradients(model: nn.Module, point: torch.Tensor, data: Sequence[Client], cli
                          trainer=trainer).updates
 
 
+# ----------------------------------------------------------------------------- second-order quantities
+
+SECOND_ORDER_CHUNK = 4096   # samples per double-backward pass: bounds the memory of a large client's graph
+
+
+def _flat_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
+    """The summed cross-entropy of ``model`` on (x, y) as a function of the flat parameter vector
+    (``parameters()`` order), through ``torch.func.functional_call``: the model's own parameters
+    are never touched."""
+    names, shapes = zip(*[(n, p.shape) for n, p in model.named_parameters()])
+    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+
+    def loss(flat: torch.Tensor) -> torch.Tensor:
+        params = {n: t.view(s) for n, t, s in zip(names, flat.split(sizes), shapes)}
+        return F.cross_entropy(torch.func.functional_call(model, params, (x,)), y, reduction="sum")
+    return loss
+
+
+def _second_order(model: nn.Module, points: torch.Tensor, data: Sequence[Client], clients: Sequence[int],
+                  dtype: torch.dtype | None, per_chunk, chunk: int) -> list[torch.Tensor]:
+    """``per_chunk(loss, point, r)`` summed over the chunks of client ``clients[r]``'s training data and
+    divided by its size (fₖ is a mean loss), for every r; in eval mode (no dropout: the same function at
+    every call), in ``dtype`` (default: the model's), on the model's device, returned on the CPU."""
+    if num_tasks(model) != 1:
+        raise ValueError("Hessian-vector products and Hessians are for single-task models")
+    device = _device(model)
+    dtype = dtype or next(model.parameters()).dtype
+    was_training = model.training
+    model.eval()
+    out = []
+    try:
+        for r, k in enumerate(clients):
+            point = points[r].to(device=device, dtype=dtype)
+            x, y = data[k].x_train, data[k].y_train
+            if not len(y):
+                raise ValueError(f"client {k} has no training data: its loss has no derivatives")
+            total = None
+            for start in range(0, len(y), chunk):
+                xb = x[start:start + chunk]
+                xb = xb.to(dtype) if xb.is_floating_point() else xb
+                part = per_chunk(_flat_loss(model, xb, y[start:start + chunk]), point, r)
+                total = part if total is None else total + part
+            out.append((total / len(y)).detach().cpu())
+    finally:
+        model.train(was_training)
+    return out
+
+
+def _rows(t: torch.Tensor, m: int) -> torch.Tensor:
+    return t.unsqueeze(0).expand(m, *t.shape) if t.ndim == 1 else t
+
+
+def hessian_vector_products(model: nn.Module, point: torch.Tensor, data: Sequence[Client], clients: Sequence[int],
+                            v: torch.Tensor, dtype: torch.dtype | None = None,
+                            chunk: int = SECOND_ORDER_CHUNK) -> torch.Tensor:
+    """∇²fₖ(point)·v for each client k (fₖ: its mean training loss), by double backward. ``point``: (d,)
+    or (m, d) one per client; ``v``: (d,), (m, d) one per client, or (m, s, d) s vectors per client
+    (one backward pass, s products). Returns (m, d) or (m, s, d)."""
+    m = len(clients)
+    points = _rows(point, m)
+    many = v.ndim == 3
+    vs = v if many else _rows(v, m).unsqueeze(1)
+
+    def per_chunk(loss, p, r):
+        p = p.detach().requires_grad_(True)
+        (g,) = torch.autograd.grad(loss(p), p, create_graph=True)
+        rows = vs[r].to(device=p.device, dtype=p.dtype)
+        return torch.stack([torch.autograd.grad(g @ u, p, retain_graph=i < len(rows) - 1)[0]
+                            for i, u in enumerate(rows)])
+    out = torch.stack(_second_order(model, points, data, clients, dtype, per_chunk, chunk))
+    return out if many else out[:, 0]
+
+
+def hessians(model: nn.Module, point: torch.Tensor, data: Sequence[Client], clients: Sequence[int],
+             dtype: torch.dtype | None = torch.float64, chunk: int = SECOND_ORDER_CHUNK) -> torch.Tensor:
+    """(m, d, d) dense Hessians ∇²fₖ(point) (``torch.func.hessian``; float64 by default) — for a small
+    model only: d² numbers per client."""
+    points = _rows(point, len(clients))
+    return torch.stack(_second_order(model, points, data, clients, dtype,
+                                     lambda loss, p, r: torch.func.hessian(loss)(p.detach()), chunk))
+
+
 def train_objectives(model: nn.Module, global_flat: torch.Tensor, data: Sequence[Client], clients: Sequence[int],
                      held: torch.Tensor, cfg: LocalTraining, seed: int, round_: int, batched: bool = True,
                      loss_before: bool = True, first_gradients: bool = False,
@@ -399,6 +481,19 @@ class ClientRuntime:
     def gradients(self, point: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
         """(m, d) full-batch gradients of clients ``ids`` at ``point`` (:func:`gradients`)."""
         return gradients(self.model, point, self.data, ids, self.batched, self.trainer)
+
+    def hvp(self, point: torch.Tensor, ids: Sequence[int], v: torch.Tensor,
+            dtype: torch.dtype | None = None) -> torch.Tensor:
+        """∇²fₖ(point)·v on each client's whole training data, eval mode (:func:`hessian_vector_products`):
+        ``point`` (d,) or (m, d), ``v`` (d,), (m, d) or (m, s, d). The client computation of a
+        second-order method (FedNL's Hutchinson probes, FedNew's conjugate gradients)."""
+        return hessian_vector_products(self.model, point, self.data, ids, v, dtype)
+
+    def hessian(self, point: torch.Tensor, ids: Sequence[int],
+                dtype: torch.dtype | None = torch.float64) -> torch.Tensor:
+        """(m, d, d) dense Hessians ∇²fₖ(point), eval mode, float64 by default (:func:`hessians`); for
+        a small model (d² numbers per client)."""
+        return hessians(self.model, point, self.data, ids, dtype)
 
     def losses(self, params: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
         """Mean training loss of clients ``ids`` at ``params`` (eval mode); (m, S) per objective

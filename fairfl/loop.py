@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .algorithms.base import Context
+from .algorithms.base import Context, ParamLayout, init_state
 from .attacks import make_attack
 from .client import ClientRuntime, Evaluation, flat_params
 from .config import ExperimentConfig
@@ -180,13 +180,15 @@ def _simulate(config: ExperimentConfig, checkpoint_dir: Path | None, progress: b
     clients = ClientRuntime(model.to(device), fed.clients, config.seed, config.batched, trainer)
     optimizer = algo.server_optimizer()
     base = Context(rounds=config.rounds, seed=config.seed, local=config.local, num_clients=fed.num_clients,
-                   num_sampled=config.num_sampled, eligible=config.eligible_clients, forced=forced)
+                   num_sampled=config.num_sampled, eligible=config.eligible_clients, forced=forced,
+                   layout=ParamLayout.of(model))
 
     run = load_checkpoint(checkpoint_dir, config) if checkpoint_dir else None
     if run is not None:
         clients.states = run.clients
     else:
-        run = RunState(0, w, algo.init(w, fed.num_clients), optimizer.init(w), clients.states, History(config.to_dict()))
+        run = RunState(0, w, init_state(algo, w, fed.num_clients, base.layout), optimizer.init(w), clients.states,
+                       History(config.to_dict()))
         ev = algo.evaluate(replace(base, params=w), run.state, clients)
         run.history.record(0, ev)
         if config.averaged_iterate:

@@ -69,3 +69,109 @@ def test_worker_processes_import_the_module_by_themselves(my_algorithms, fmnist,
     with ProcessBackend(workers=2) as backend:
         out = run_many(cfgs, backend=backend, root=tmp_path, progress=False)
     assert [h.train_loss for h in out] == [simulate(c, progress=False).train_loss for c in cfgs]
+
+
+# ----------------------------------------------------------------------------- the contract's extension points
+
+from dataclasses import dataclass, fields  # noqa: E402
+
+from fairfl.algorithms import Algorithm, ParamLayout, ServerStep, option, register  # noqa: E402
+from fairfl.messages import Aggregate  # noqa: E402
+
+
+@register
+@dataclass(frozen=True)
+class _PerTensorMean(ServerStep, Algorithm):
+    """A per-layer rule written against the layout: every parameter tensor of the mean update
+    rescaled to the mean of the clients' norms of that tensor. Its state counts the tensors it was
+    told about at init."""
+    name = "_test_per_tensor_mean"
+    floor: float = option(0.0, low=0.0)
+
+    def init(self, params, num_clients, layout=None):
+        return torch.tensor([len(layout), layout.size])
+
+    def aggregate(self, reports, state, ctx):
+        d = reports.updates.mean(0)
+        for sl in ctx.layout.slices:
+            target = reports.updates[:, sl].norm(dim=1).mean()
+            n = d[sl].norm()
+            d[sl] = d[sl] * (target / n) if n > self.floor else d[sl]
+        return Aggregate(d, state, {"tensors": len(ctx.layout)})
+
+
+@register
+@dataclass(frozen=True)
+class _OldInit(Algorithm):
+    """An init written before the layout was part of the contract."""
+    name = "_test_old_init"
+
+    def init(self, params, num_clients):
+        return torch.zeros(1)
+
+    def aggregate(self, reports, state, ctx):
+        return Aggregate(reports.updates.mean(0), state)
+
+
+def test_the_layout_reaches_init_and_every_round(fmnist):
+    """ctx.layout and init's layout are the model's tensors (logreg: weight, bias) and cover the flat
+    vector; an init without the layout argument still runs."""
+    from fairfl.models import build_model
+    model = build_model("logreg", (1, 28, 28), 3)
+    layout = ParamLayout.of(model)
+    assert layout == ParamLayout(("net.1.weight", "net.1.bias"), ((3, 784), (3,)))
+    assert layout.size == sum(p.numel() for p in model.parameters())
+    assert [t.shape for t in layout.split(torch.arange(float(layout.size)))] == [p.shape for p in model.parameters()]
+    assert layout.groups("module") == (slice(0, layout.size),)
+    h = simulate(CFG.replace(algorithm=_PerTensorMean()), progress=False)
+    assert h.info["tensors"] == [2.0, 2.0] and h.train_loss[-1] < h.train_loss[0]
+    assert simulate(CFG.replace(algorithm=_OldInit()), progress=False).rounds_done == 2
+
+
+def test_server_step_options_are_declared_once_and_keep_their_place():
+    """ServerStep adds server_lr and decay after a class's own options — the order the algorithms
+    wrote them in by hand — so positional construction, labels and to_dict() are unchanged."""
+    from fairfl.algorithms.dqnfed import DQNFed
+    from fairfl.algorithms.fedavg import FedAvg, FedProx
+    from fairfl.algorithms.fedmgda import MGDAProx
+    assert [f.name for f in fields(_PerTensorMean)] == ["floor", "server_lr", "decay"]
+    assert [f.name for f in fields(MGDAProx)] == ["eps", "normalize", "solver", "server_lr", "decay", "mu"]
+    assert [f.name for f in fields(FedProx)] == ["weighting", "server_lr", "decay", "mu"]
+    assert [f.name for f in fields(DQNFed)] == ["dependence_tol", "step", "server_lr", "decay"]
+    assert FedAvg("uniform", 0.5).server_lr == 0.5
+    assert (FedAvg(weighting="uniform", server_lr=0.5, decay=0.5).label()
+            == "fedavg(weighting=uniform, server_lr=0.5, decay=0.5)")
+    assert _PerTensorMean(server_lr=0.5).to_dict() == {"name": "_test_per_tensor_mean", "floor": 0.0, "server_lr": 0.5,
+                                                        "decay": 1.0}
+    with pytest.raises(ConfigError, match=r"_test_per_tensor_mean: server_lr=0.0 is not allowed; "
+                                          r"it must be a finite number in \(0, inf\)"):
+        _PerTensorMean(server_lr=0.0)
+    # every algorithm's fields are its own: a Field object is never shared between two classes
+    assert fields(FedAvg)[1] is not fields(_PerTensorMean)[1]
+
+
+def test_a_client_half_computes_hessian_vector_products_through_the_runtime():
+    """ClientRuntime.hvp and .hessian (what a second-order algorithm's client half calls) agree with
+    each other and with central differences of ClientRuntime.gradients."""
+    from torch import nn
+    from fairfl.client import ClientRuntime, flat_params
+    from fairfl.partition import Client
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+
+    def client(n):
+        x, y = torch.randn(n, 3), torch.randint(0, 2, (n,))
+        return Client(x, y, x[:0], y[:0], x[:1], y[:1])
+    clients = ClientRuntime(model, [client(7), client(30)], seed=0)
+    w = flat_params(model)
+    v = torch.randn(w.numel(), dtype=torch.float64)
+    H = clients.hessian(w, [0, 1])
+    hv = clients.hvp(w, [0, 1], v, dtype=torch.float64)
+    torch.testing.assert_close(hv, H @ v, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(H, H.transpose(1, 2))
+    e = 1e-2
+    fd = (clients.gradients(w + e * v.float(), [0, 1]) - clients.gradients(w - e * v.float(), [0, 1])).double()
+    fd = fd / (2 * e)
+    torch.testing.assert_close(fd, hv, rtol=0, atol=2e-3)
+    many = clients.hvp(w, [0, 1], torch.stack([v, 2 * v]).expand(2, 2, -1), dtype=torch.float64)
+    torch.testing.assert_close(many[:, 1], 2 * hv)

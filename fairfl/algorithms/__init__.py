@@ -15,6 +15,11 @@
 | fmgda          | Yang et al. 2023 (FMOL), Algorithm 1     | fmgda     |
 | term           | Li et al. 2021 (TERM), client tilting    | term      |
 | ditto          | Li et al. 2021 (Ditto), Algorithm 1      | ditto     |
+| fedlf          | Pan et al. 2024 (FedLF), Algorithm 1     | fedlf     |
+| fedheal        | Chen et al. 2024 (FedHEAL), FPHL + FAEL  | fedheal   |
+| fedheal_official | FedHEAL with its code's τ, β           | fedheal   |
+| fednl          | Safaryan et al. 2022 (FedNL), Alg. 1     | fednl     |
+| fednew         | Elgabli et al. 2022 (FedNew)             | fednew    |
 
 Every module in this folder is imported here, so a new algorithm is one new file: a frozen
 dataclass subclassing :class:`Algorithm`, decorated with :func:`register` (see ``base`` and the
@@ -26,12 +31,12 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import (ALGORITHMS, Algorithm, Context, RoundPlan, ServerStep, make_algorithm, option, register,
-                   sample_clients)
+from .base import (ALGORITHMS, Algorithm, Context, ParamLayout, RoundPlan, ServerStep, init_state, make_algorithm,
+                   option, register, sample_clients)
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "base":
         importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["ALGORITHMS", "Algorithm", "Context", "RoundPlan", "ServerStep", "make_algorithm", "option", "register",
-           "sample_clients"]
+__all__ = ["ALGORITHMS", "Algorithm", "Context", "ParamLayout", "RoundPlan", "ServerStep", "init_state",
+           "make_algorithm", "option", "register", "sample_clients"]

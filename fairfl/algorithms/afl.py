@@ -19,7 +19,7 @@ import torch
 
 from ..errors import ConfigError
 from ..messages import Aggregate, ClientUpdates
-from .base import Algorithm, Context, option, register
+from .base import Algorithm, Context, ParamLayout, option, register
 
 
 def project_simplex(v: torch.Tensor) -> torch.Tensor:
@@ -50,7 +50,7 @@ class AFL(Algorithm):
     lr_lambda: float = option(0.1, low=0.0, low_open=True, doc="γ_λ, the ascent step on λ")
     average_iterates: bool = option(True, doc="report the averaged iterate (Mohri et al.)")
 
-    def init(self, params: torch.Tensor, num_clients: int) -> AFLState:
+    def init(self, params: torch.Tensor, num_clients: int, layout: ParamLayout | None = None) -> AFLState:
         return AFLState(torch.full((num_clients,), 1.0 / num_clients, dtype=torch.float64),
                         torch.zeros_like(params), 0)
 

@@ -3,8 +3,11 @@ validated at construction, and whose methods are the whole round.
 
 Server side (Flower's ``Strategy``: configure → aggregate, with the step of Optax's transformations):
 
-* ``init(params, num_clients) -> state`` — the rule's typed state (a dataclass of tensors, or
-  None), saved in checkpoints (FedFV's gradient history, AFL's λ, DQN-Fed's previous model);
+* ``init(params, num_clients, layout=None) -> state`` — the rule's typed state (a dataclass of
+  tensors, or None), saved in checkpoints (FedFV's gradient history, AFL's λ, DQN-Fed's previous
+  model); ``layout`` is the model's :class:`ParamLayout` (also ``ctx.layout`` in every round). An
+  ``init(params, num_clients)`` written without it still works: :func:`init_state`, which the
+  loop and the Flower strategy call, passes the layout only to an ``init`` that takes it;
 * ``configure(ctx, state) -> RoundPlan`` — which clients take part and what they are asked to do
   (local training settings, losses to report, anything sent with the model). Default: the
   loop's uniform sample, the experiment's local training;
@@ -21,7 +24,18 @@ loop, so an algorithm never imports the training engine):
   Default: local SGD from the global model (``clients.train``). Per-client state that must
   survive rounds and checkpoints (Ditto's personal models) lives in ``clients.states``;
 * ``evaluate(ctx, state, clients) -> Evaluation`` — per-client test accuracy and loss and the
-  averaged training loss; a personalised algorithm evaluates each client's own model.
+  averaged training loss; a personalised algorithm (``personal = True``, Ditto) evaluates each
+  client's own model, ``ClientState.personal`` (the Flower nodes read that flag, not ClientState:
+  FedHEAL, FedNL and FedNew keep client state and evaluate the global model).
+
+Client computations beyond local SGD (a second-order method's Hessian-vector products, a few
+extra passes) are written in the algorithm's module, in its ``client_update``, with what the
+runtime offers on each client's whole training data: ``clients.gradients(point, ids)`` (∇fₖ),
+``clients.hvp(point, ids, v)`` (∇²fₖ·vₖ, double backward) and, for a small model,
+``clients.hessian(point, ids)`` (the dense ∇²fₖ) — DQN-Fed's BFGS pairs, FedNL's learned
+Hessians and FedNew's local Newton systems are built this way, and the engine never changes.
+Per-layer rules read the flat vector's :class:`ParamLayout` (``ctx.layout``: one slice per
+parameter tensor).
 
 ``check(config)`` rejects, before any data is loaded, experiments the algorithm cannot run.
 Randomness comes from the loop: ``ctx.rng(purpose)`` is a generator of (seed, round, purpose)
@@ -32,6 +46,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+import functools
+import inspect
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -61,6 +77,79 @@ def sample_clients(seed: int, round_: int, num_clients: int, m: int,
 
 
 @dataclass(frozen=True)
+class ParamLayout:
+    """Where each parameter tensor of the model lies in the flat parameter vector: one entry per
+    tensor of ``model.parameters()``, in that order (the order of the flat vector everywhere in
+    fairfl), so a weight and its bias are separate entries — FedLF's per-layer unit
+    (``Module.create_Loc_reshape_list`` in its code) and FedHEAL's per-tensor norms. Buffers
+    (BatchNorm statistics) are not in the flat vector. Build it with :meth:`of`; a hand-made
+    ``ParamLayout(("a", "b"), ((2,), (3,)))`` is enough to test a per-layer rule."""
+
+    names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        if len(self.names) != len(self.shapes):
+            raise ValueError(f"ParamLayout: {len(self.names)} names for {len(self.shapes)} shapes")
+        object.__setattr__(self, "shapes", tuple(tuple(int(n) for n in s) for s in self.shapes))
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> "ParamLayout":
+        """The layout of ``model``'s flat parameter vector (``parameters()`` order)."""
+        named = list(model.named_parameters())
+        return cls(tuple(n for n, _ in named), tuple(tuple(p.shape) for _, p in named))
+
+    @classmethod
+    def single(cls, d: int) -> "ParamLayout":
+        """One tensor of d entries: the layout to assume when none is known."""
+        return cls(("params",), ((int(d),),))
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(int(np.prod(s, dtype=np.int64)) for s in self.shapes)
+
+    @property
+    def size(self) -> int:
+        """d, the length of the flat vector."""
+        return sum(self.sizes)
+
+    @property
+    def slices(self) -> tuple[slice, ...]:
+        """One slice of the flat vector per tensor."""
+        ends = np.cumsum((0,) + self.sizes)
+        return tuple(slice(int(a), int(b)) for a, b in zip(ends[:-1], ends[1:]))
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def groups(self, by: str = "tensor") -> tuple[slice, ...]:
+        """Slices of the flat vector: one per tensor (``"tensor"``), or one per module
+        (``"module"``: neighbouring tensors whose names share the prefix before the last '.',
+        e.g. a layer's weight and bias)."""
+        if by == "tensor":
+            return self.slices
+        if by != "module":
+            raise ValueError(f"groups by 'tensor' or 'module', not {by!r}")
+        out: list[slice] = []
+        owner = None
+        for name, sl in zip(self.names, self.slices):
+            prefix = name.rpartition(".")[0]
+            if out and prefix == owner:
+                out[-1] = slice(out[-1].start, sl.stop)
+            else:
+                out.append(sl)
+            owner = prefix
+        return tuple(out)
+
+    def split(self, flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The tensors of a flat vector (views, in their shapes); a leading batch axis is kept."""
+        if flat.shape[-1] != self.size:
+            raise ValueError(f"a flat vector of {flat.shape[-1]} entries does not fit a layout of {self.size}")
+        lead = flat.shape[:-1]
+        return tuple(flat[..., sl].reshape(*lead, *shape) for sl, shape in zip(self.slices, self.shapes))
+
+
+@dataclass(frozen=True)
 class Context:
     """What the loop tells an algorithm about the round: its index among ``rounds``, the run's
     seed, the global model x_t (flat), the experiment's local training, and the federation
@@ -76,6 +165,7 @@ class Context:
     num_sampled: int = 1
     eligible: tuple[int, ...] | None = None
     forced: tuple[int, ...] = ()
+    layout: ParamLayout | None = None        # the flat vector's tensors (None in a hand-made Context)
 
     def rng(self, purpose: int, *ids: int) -> np.random.Generator:
         """A generator of (seed, round, purpose[, ids]); see ``fairfl.seeding``."""
@@ -110,12 +200,13 @@ class Algorithm:
     multi_objective: ClassVar[bool] = False               # clients send one update per objective (FMOL)
     State: ClassVar[type | None] = None                   # dataclass of the server state (None: stateless)
     ClientState: ClassVar[type | None] = None             # dataclass of one client's state (None: none kept)
+    personal: ClassVar[bool] = False                      # evaluated at each client's ClientState.personal
 
     def __post_init__(self) -> None:
         validate_options(self, self.name or type(self).__name__)
 
     # -- server side
-    def init(self, params: torch.Tensor, num_clients: int) -> Any:
+    def init(self, params: torch.Tensor, num_clients: int, layout: ParamLayout | None = None) -> Any:
         return None
 
     def configure(self, ctx: Context, state: Any) -> RoundPlan:
@@ -158,6 +249,20 @@ class Algorithm:
         return f"{self.name}({', '.join(changed)})" if changed else self.name
 
 
+def init_state(algorithm: Algorithm, params: torch.Tensor, num_clients: int, layout: ParamLayout | None) -> Any:
+    """``algorithm.init(params, num_clients, layout=layout)`` — or, for an ``init`` written before
+    the layout was part of the contract (``init(self, params, num_clients)``), without it."""
+    if layout is not None and _init_takes_layout(type(algorithm).init):
+        return algorithm.init(params, num_clients, layout=layout)
+    return algorithm.init(params, num_clients)
+
+
+@functools.lru_cache(maxsize=None)
+def _init_takes_layout(init: Any) -> bool:
+    parameters = inspect.signature(init).parameters.values()
+    return any(p.name == "layout" or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
 def with_proximal_term(plan: RoundPlan, mu: float) -> RoundPlan:
     """The plan with FedProx's (μ/2)‖w − wₜ‖² added to every client's local loss."""
     return dataclasses.replace(plan, local=dataclasses.replace(plan.local, prox_mu=mu))
@@ -166,7 +271,36 @@ def with_proximal_term(plan: RoundPlan, mu: float) -> RoundPlan:
 class ServerStep:
     """Mixin for rules whose paper has a server learning rate: ``server_lr`` and ``decay`` give
     FedMGDA+ §6.1.5's schedule ηₜ = η·β^⌊t/100⌋, β = decay^(100/T) (``decay = 1``: constant η).
-    The dataclass fields themselves are declared by each algorithm (dataclass field order)."""
+
+    The two options are declared here, once (:meth:`fields`). A class that lists ``ServerStep``
+    among its own bases gets them appended after the options it declares itself — where each
+    algorithm used to write them by hand — so the field order, and with it positional
+    construction (``FedAvg("uniform")``), labels, ``to_dict()`` and cache keys, is the same as
+    if they were written there. A plain dataclass mixin would put them *first* (dataclasses
+    collect base-class fields first) and change all of these. Subclasses of such a class inherit
+    the fields as usual; a class may still declare either field itself (its own bounds or doc)."""
+
+    @staticmethod
+    def fields() -> dict[str, Any]:
+        """Fresh ``option`` fields (a dataclass Field cannot be shared between classes)."""
+        return {"server_lr": option(1.0, low=0.0, low_open=True, doc="η: the server step size"),
+                "decay": option(1.0, low=0.0, high=1.0, low_open=True,
+                                doc="FedMGDA+ §6.1.5: η decays by this factor over the run (1: constant)")}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if ServerStep not in cls.__bases__:
+            return
+        # runs when the class body is done and before @dataclass reads it: the class's own
+        # annotations (never the inherited dict) get the two options at their end
+        own = cls.__dict__.get("__annotations__")
+        if own is None:
+            own = {}
+            cls.__annotations__ = own
+        for name, f in ServerStep.fields().items():
+            if name not in own:
+                own[name] = "float"
+                setattr(cls, name, f)
 
     def server_optimizer(self) -> Transformation:
         return scale_by_schedule(step_decay(self.server_lr, self.decay))

@@ -32,7 +32,7 @@ import torch
 
 from ..errors import ConfigError
 from ..messages import ClientUpdates
-from .base import Context, RoundPlan, option, register
+from .base import Context, ParamLayout, RoundPlan, option, register
 from .fedavg import FedAvg
 
 
@@ -55,6 +55,7 @@ class Ditto(FedAvg):
     name = "ditto"
     State = DittoState
     ClientState = DittoClient
+    personal = True
     lam: float = option(1.0, low=0.0, doc="λ of the proximal pull towards the global model")
 
     def check(self, config: Any) -> None:
@@ -63,7 +64,7 @@ class Ditto(FedAvg):
             raise ConfigError(f"ditto: lam={self.lam} with the local lr {config.local.lr} gives η·λ = "
                               f"{config.local.lr * self.lam:g} ≥ 2, where the personal update diverges")
 
-    def init(self, params: torch.Tensor, num_clients: int) -> DittoState:
+    def init(self, params: torch.Tensor, num_clients: int, layout: ParamLayout | None = None) -> DittoState:
         return DittoState(params.clone())
 
     def configure(self, ctx: Context, state: DittoState) -> RoundPlan:

@@ -87,8 +87,8 @@ import torch
 
 from ..errors import ConfigError
 from ..messages import Aggregate, ClientUpdates
-from ..schedules import Transformation, constant, scale_by_schedule, step_decay
-from .base import Algorithm, Context, RoundPlan, option, register
+from ..schedules import Transformation, constant, scale_by_schedule
+from .base import Algorithm, Context, ParamLayout, RoundPlan, ServerStep, option, register
 
 CURVATURE_TOL = 1e-10
 
@@ -239,18 +239,17 @@ STEPS = ("eq17", "algorithm1", "eq17_safeguarded")
 
 @register
 @dataclass(frozen=True)
-class DQNFed(Algorithm):
+class DQNFed(ServerStep, Algorithm):
     """DQN-Fed. ``step="eq17"`` (default): eq. (17)'s rate ηₜ = Σ 1/‖g̃ₖ‖², the rule's direction is
     the whole step; ``"algorithm1"``: the direction 𝔡 with a global rate ηᵗ = ``server_lr`` and
-    FedMGDA+'s ``decay``; ``"eq17_safeguarded"``: eq. (17)'s step scaled down where Theorem 4.2's
-    condition fails (a declared variant; see the module docstring)."""
+    FedMGDA+'s ``decay`` (the :class:`ServerStep` options: only this reading reads them);
+    ``"eq17_safeguarded"``: eq. (17)'s step scaled down where Theorem 4.2's condition fails (a
+    declared variant; see the module docstring)."""
 
     name = "dqnfed"
     State = DQNFedState
     dependence_tol: float = option(1e-6, low=0.0, high=1.0, low_open=True, high_open=True)
     step: str = option("eq17", choices=STEPS)
-    server_lr: float = option(1.0, low=0.0, low_open=True, doc="ηᵗ of step='algorithm1'")
-    decay: float = option(1.0, low=0.0, high=1.0, low_open=True, doc="decay of ηᵗ for step='algorithm1'")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -258,7 +257,7 @@ class DQNFed(Algorithm):
             raise ConfigError("dqnfed: server_lr and decay set the global rate of step='algorithm1'; "
                               f"eq. (17) fixes the rate itself (got server_lr={self.server_lr}, decay={self.decay})")
 
-    def init(self, params: torch.Tensor, num_clients: int) -> DQNFedState:
+    def init(self, params: torch.Tensor, num_clients: int, layout: ParamLayout | None = None) -> DQNFedState:
         return DQNFedState(None)
 
     def configure(self, ctx: Context, state: DQNFedState) -> RoundPlan:
@@ -291,7 +290,7 @@ class DQNFed(Algorithm):
 
     def server_optimizer(self) -> Transformation:
         if self.step == "algorithm1":
-            return scale_by_schedule(step_decay(self.server_lr, self.decay))
+            return super().server_optimizer()
         return scale_by_schedule(constant(1.0))
 
 

@@ -50,8 +50,6 @@ class FedAvg(ServerStep, Algorithm):
 
     name = "fedavg"
     weighting: str = option("samples", choices=WEIGHTINGS)
-    server_lr: float = option(1.0, low=0.0, low_open=True)
-    decay: float = option(1.0, low=0.0, high=1.0, low_open=True)
 
     def aggregate(self, reports: ClientUpdates, state: Any, ctx: Context) -> Aggregate:
         w = sample_weights(reports, self.weighting)
@@ -66,8 +64,6 @@ class FedAvgN(ServerStep, Algorithm):
 
     name = "fedavg_n"
     weighting: str = option("uniform", choices=WEIGHTINGS)
-    server_lr: float = option(1.0, low=0.0, low_open=True)
-    decay: float = option(1.0, low=0.0, high=1.0, low_open=True)
 
     def aggregate(self, reports: ClientUpdates, state: Any, ctx: Context) -> Aggregate:
         w = sample_weights(reports, self.weighting)

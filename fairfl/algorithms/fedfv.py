@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from ..messages import Aggregate, ClientUpdates
-from .base import Algorithm, Context, option, register
+from .base import Algorithm, Context, ParamLayout, option, register
 from .fedavg import sample_weights
 
 ORDERS = ("loss", "random", "reverse")
@@ -117,7 +117,7 @@ class FedFV(Algorithm):
     tau: int = option(0, low=0, doc="rounds of gradient history (external conflicts)")
     order: str = option("loss", choices=ORDERS)
 
-    def init(self, params: torch.Tensor, num_clients: int) -> FedFVState:
+    def init(self, params: torch.Tensor, num_clients: int, layout: ParamLayout | None = None) -> FedFVState:
         return FedFVState(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
                           torch.zeros(0, params.numel(), dtype=params.dtype))
 

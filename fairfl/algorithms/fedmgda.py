@@ -51,8 +51,6 @@ class FedMGDAPlus(ServerStep, Algorithm):
     eps: float = option(0.1, low=0.0, high=1.0, doc="ε of eq. (25): 0 = FedAvg-n, 1 = MGDA")
     normalize: bool = option(True, doc="unit-normalise the updates first (Algorithm 1 line 4)")
     solver: str = option("quadprog", choices=SOLVERS)
-    server_lr: float = option(1.0, low=0.0, low_open=True)
-    decay: float = option(1.0, low=0.0, high=1.0, low_open=True)
 
     def aggregate(self, reports: ClientUpdates, state: Any, ctx: Context) -> Aggregate:
         return mgda_aggregate(reports, state, self.eps, self.normalize, self.solver)
@@ -66,8 +64,6 @@ class FedMGDA(ServerStep, Algorithm):
 
     name = "fedmgda"
     solver: str = option("quadprog", choices=SOLVERS)
-    server_lr: float = option(1.0, low=0.0, low_open=True)
-    decay: float = option(1.0, low=0.0, high=1.0, low_open=True)
 
     def aggregate(self, reports: ClientUpdates, state: Any, ctx: Context) -> Aggregate:
         return mgda_aggregate(reports, state, 1.0, False, self.solver)

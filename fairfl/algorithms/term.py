@@ -26,7 +26,7 @@ import torch
 
 from ..errors import ConfigError
 from ..messages import Aggregate, ClientUpdates
-from .base import Algorithm, Context, option, register
+from .base import Algorithm, Context, ParamLayout, option, register
 from .fedavg import WEIGHTINGS, sample_weights
 
 MODES = ("softmax", "official")
@@ -58,7 +58,7 @@ class TERM(Algorithm):
     weighting: str = option("samples", choices=WEIGHTINGS, doc="the prior πₖ (FedAvg's weights)")
     mode: str = option("softmax", choices=MODES, doc="'official': the released code's running estimate")
 
-    def init(self, params: torch.Tensor, num_clients: int) -> TERMState:
+    def init(self, params: torch.Tensor, num_clients: int, layout: ParamLayout | None = None) -> TERMState:
         return TERMState(0.0)
 
     def aggregate(self, reports: ClientUpdates, state: TERMState, ctx: Context) -> Aggregate:
