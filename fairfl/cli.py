@@ -67,7 +67,7 @@ def _cmd_run(args) -> int:
         set_dotted(base, k, parse_setting_value(v))
     if args.device is not None:
         base["device"] = args.device
-    cfg = ExperimentConfig.from_dict(base).validate()
+    cfg = ExperimentConfig.from_dict(base)             # validated as it is made
     t0 = time.time()
     h = run(cfg, cache=not args.no_cache)
     acc = h.final_acc()
@@ -225,7 +225,6 @@ class _Interrupt:
 
 
 def _cmd_reproduce(args) -> int:
-    from .claims import summary
     from .paths import outputs_root
 
     parameters = _parameters(args.p or [])
@@ -249,7 +248,6 @@ def _cmd_reproduce(args) -> int:
             os.environ["FAIRFL_RAY_ADDRESS"] = args.address
     # the kernels' progress bars as text: a widget has no state in the executed notebook (fairfl.progress)
     os.environ.setdefault("FAIRFL_PROGRESS", "text")
-    import papermill as pm
     # A run with -p explores: its executed notebooks go beside the reproduced ones, never over them.
     out_dir = Path(args.output or outputs_root()) / profile / ("explore" if parameters else "")
     out_dir.mkdir(parents=True, exist_ok=True)

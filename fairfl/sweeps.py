@@ -37,7 +37,7 @@ from .cache import entry as cache_entry
 from .cache import key as entry_key
 from .config import ExperimentConfig
 from .engine import schedule_key
-from .errors import FairFLError, RunFailedError
+from .errors import ConfigError, FairFLError, RunFailedError
 from .history import CHECKPOINT, History
 from .loop import simulate, simulate_group
 from .progress import SweepProgress
@@ -52,7 +52,6 @@ def run(config: ExperimentConfig, cache: bool = True, root: Path | None = None,
         progress: bool = True) -> History:
     """One experiment, cached (``fairfl.cache``): a good cached run is returned, an interrupted
     one resumes from its checkpoint, an unusable entry is reported and trained again."""
-    config.validate()
     check_devices([config])              # a device this machine lacks is named before any data is read
     if not cache:
         return simulate(config, progress=progress)
@@ -78,8 +77,12 @@ def run(config: ExperimentConfig, cache: bool = True, root: Path | None = None,
 
 def check_devices(configs: Sequence[ExperimentConfig]) -> None:
     """Each device the configs train on exists here (``fairfl.engine.resolve_device``), checked
-    before any data is read or cache entry made."""
+    before any data is read or cache entry made. (A config was validated when it was made: it is
+    frozen, so it needs no second check.)"""
     from .engine import resolve_device
+    bad = [c for c in configs if not isinstance(c, ExperimentConfig)]
+    if bad:
+        raise ConfigError(f"expected ExperimentConfig objects, got {type(bad[0]).__name__}: {bad[0]!r:.100}")
     for device in sorted({c.device for c in configs}):
         resolve_device(device)
 
@@ -248,7 +251,7 @@ def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None
 
     The process backend spawns its workers: from a Python *script* (not a notebook), call
     ``run_many`` under ``if __name__ == "__main__":``, or every worker re-runs the script."""
-    configs = [c.validate() for c in configs]
+    configs = list(configs)
     check_devices(configs)
     results_folder(root)
     own = backend is None   # a pool made for this call only is closed after it
