@@ -141,7 +141,8 @@ def test_fednl_compressed_learning_finishes(compressor, param):
 
 
 def test_projection_clips_eigenvalues_at_mu():
-    """[diag(−1, 0.5, 3)]₁ = diag(1, 1, 3); a matrix ⪰ μI is left alone (code utils.py:305-329)."""
+    """[diag(−1, 0.5, 3)]₁ = diag(1, 1, 3); a matrix ⪰ μI is left alone (code utils.py:305-329). Broken
+    variant caught: clipping |λ| instead of λ (a negative curvature flipped, not lifted to μ)."""
     torch.testing.assert_close(project(torch.diag(torch.tensor([-1.0, 0.5, 3.0], dtype=torch.float64)), 1.0),
                                torch.diag(torch.tensor([1.0, 1.0, 3.0], dtype=torch.float64)))
     A = quadratics().A[0]
@@ -150,9 +151,11 @@ def test_projection_clips_eigenvalues_at_mu():
 
 
 def test_fednl_option_2_with_exact_hessians_is_newton():
-    """Option 2: d = (H + lI)⁻¹ḡ with l = mean ‖Hᵢ − ∇²fᵢ‖_F = 0 when Hᵢ = ∇²fᵢ: Newton's step."""
+    """Option 2: d = (H + lI)⁻¹ḡ with l = mean ‖Hᵢ − ∇²fᵢ‖_F = 0 when Hᵢ = ∇²fᵢ: Newton's step, whatever
+    μ (Option 1's level; 10 here, above every eigenvalue). Broken variant caught: Option 2 solving
+    with Option 1's [H]_μ."""
     q = quadratics()
-    xs, _, aggs = run(FedNL(compressor="identity", opt=2, hessian_mode="full"), q, X0, 1)
+    xs, _, aggs = run(FedNL(compressor="identity", opt=2, mu=10.0, hessian_mode="full"), q, X0, 1)
     torch.testing.assert_close(xs[1], q.minimiser(), rtol=0, atol=1e-10)
     assert aggs[0].info["hessian_error"] == 0.0
 
