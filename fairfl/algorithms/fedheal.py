@@ -15,7 +15,7 @@ keeps hᵢ ∈ [0, 1]^d, the share of its past rounds in which each coordinate o
     hᵢ ← (hᵢ·nᵢ + 1[gᵢ ≥ 0]) / (nᵢ + 1),   nᵢ ← nᵢ + 1
 
 and sends ĝᵢ = Mᵢ ⊙ gᵢ, Mᵢ, and Dᵢ = Σ_l ‖ĝᵢ,ₗ‖₂, the sum of its per-tensor norms
-(``federated_model.py:89-95``; tensors from ``ctx.layout``). A zero coordinate counts as positive
+(``federated_model.py:89-95``; tensors from ``ctx.layout``, one when a hand-made Context has none). A zero coordinate counts as positive
 (``>= 0`` in the code). Choices: hᵢ averages over the client's own nᵢ rounds, where the code divides
 by the global round index (``federated_model.py:193, 212``) — the same under full participation,
 and the code's form breaks for a client first seen after round 0.

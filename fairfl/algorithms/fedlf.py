@@ -19,7 +19,8 @@ rescaling below removes). The server, with the round's clients S (m of them):
    clients' gₗ, g_P,ₗ and the history rows. Rows are first rescaled to the layer's mean client norm
    μₗ (code ``FedLF.py:82-93``, not in the paper; ``normalize_rows``), g_P,ₗ built from the rescaled
    rows; rows of norm < 1e-12 are dropped. The layers are the tensors of ``ctx.layout`` (the code's
-   ``create_Loc_reshape_list``) or, with ``slices="module"``, a layer's weight and bias together;
+   ``create_Loc_reshape_list``) or, with ``slices="module"``, a layer's weight and bias together
+   (a hand-made Context without a layout: one layer, the whole vector);
 4. layer combination (Algorithm 1 lines 9–12; absent from the code): a layer whose dₗ vanishes
    (‖dₗ‖ ≤ 1e-10·μₗ, e.g. a 10-entry bias against 11 objectives) is merged with the next layer (the
    previous one for the last) and solved again, until no layer's direction vanishes;
@@ -135,7 +136,7 @@ def fedlf_direction(g: torch.Tensor, losses: torch.Tensor | None, groups: list[s
 @dataclass
 class FedLFState:
     last_round: torch.Tensor   # (n,) the last round each client took part in (-1: never)
-    last_update: torch.Tensor  # (n, d) its update then (raw)
+    last_update: torch.Tensor  # (n, d) its update then (raw): n·d numbers, checkpointed
 
 
 @register

@@ -37,8 +37,8 @@ that scale (defaults ρ = 1, α = 1e-3; a grid ρ ∈ {0.01, 0.1, 1, 10}). **Par
 which the paper does not treat: only the round's clients solve and update λᵢ; the server keeps each
 client's last uᵢ = yᵢ + λᵢ/ρ and averages over all n (absent clients' stored uᵢ, 0 for a client never
 seen). λᵢ is kept by the server, which can mirror it exactly (it sees yᵢ and y), and handed to the
-clients with the plan (``extras["lam"]``, every client's row): in a deployment client i keeps its
-own, and what it computes is the same. ρ = 0 is allowed (no consensus term: λ stays 0 and
+clients with the plan (``extras["lam"]``, every client's row, so n·d numbers to every Flower node):
+in a deployment client i keeps its own, and what it computes is the same. ρ = 0 is allowed (no consensus term: λ stays 0 and
 y = mean yᵢ). The clients' loss derivatives are of the training loss in eval mode (no dropout).
 """
 from __future__ import annotations
