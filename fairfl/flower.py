@@ -49,14 +49,15 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from .algorithms.base import Context, RoundPlan
+from .algorithms.base import Context, ParamLayout, RoundPlan, init_state
 from .attacks import make_attack
 from .client import ClientRuntime, Evaluation, LocalTraining, evaluate_model, flat_params, merge_evaluations, \
     set_flat_params
 from .config import ExperimentConfig
 from .engine import resolve_device
-from .errors import ConfigError, RunFailedError, TrainingDivergedError
+from .errors import ConfigError, RunFailedError
 from .history import History
+from .server import record_round, server_half
 from .loop import federated_data, run_threads
 from .messages import ClientUpdates
 from .models import build_model
@@ -210,9 +211,10 @@ class FairflStrategy(Strategy):
         attacks = [make_attack(spec) for spec in config.attacks]   # the loop's: attackers in every round
         forced = tuple(sorted({a.client for a in attacks if a.every_round}))
         self.base = Context(rounds=config.rounds, seed=config.seed, local=config.local, num_clients=num_clients,
-                            num_sampled=config.num_sampled, eligible=config.eligible_clients, forced=forced)
+                            num_sampled=config.num_sampled, eligible=config.eligible_clients, forced=forced,
+                            layout=ParamLayout.of(self.model))
         self.params = flat_params(self.model)
-        self.state = self.algorithm.init(self.params, num_clients)
+        self.state = init_state(self.algorithm, self.params, num_clients, self.base.layout)
         self.optimizer = self.algorithm.server_optimizer()
         self.optimizer_state = self.optimizer.init(self.params)
         self.history = History(config.to_dict())
@@ -284,22 +286,11 @@ class FairflStrategy(Strategy):
         if failed:   # the rule is defined on the round's clients: a missing one is a different algorithm
             raise RunFailedError(f"round {ctx.round}: " + "; ".join(failed))
         reports = decode_reports([r.content for r in replies], plan.clients)
-        agg = self.algorithm.aggregate(reports, self.state, ctx)
-        if not torch.isfinite(agg.direction).all():
-            raise TrainingDivergedError(f"round {ctx.round}: {self.algorithm.name} produced a NaN/Inf direction")
-        step, self.optimizer_state, opt_info = self.optimizer.update(agg.direction, self.optimizer_state, ctx.round,
-                                                                     self.config.rounds)
-        self.params, self.state = ctx.params - step, agg.state
-        h = self.history
-        h.round_lr.append(float(opt_info.get("lr", 1.0)))
-        h.round_improved.append(float("nan"))     # needs the clients' losses at the new model: not measured here
-        h.sampled.append([int(k) for k in plan.clients])
-        scalars = {}
-        for k, v in agg.info.items():
-            h.info.setdefault(k, []).append(float(v) if np.ndim(v) == 0 else np.asarray(v, float).tolist())
-            if np.ndim(v) == 0:
-                scalars[k] = float(v)
-        h.round_time.append(time.perf_counter() - self._t0)
+        step = server_half(self.algorithm, self.optimizer, reports, self.state, self.optimizer_state, ctx,
+                            self.config.rounds)
+        self.params, self.state, self.optimizer_state = step.params, step.state, step.optimizer
+        # the share of improved participants needs the clients' losses at the new model: not measured here
+        scalars = record_round(self.history, step, plan.clients, seconds=time.perf_counter() - self._t0)
         return to_arrays(self.model, self.params), MetricRecord(scalars)
 
     # -- evaluation on the nodes' own data
@@ -486,7 +477,7 @@ def client_app(*configs: ExperimentConfig) -> ClientApp:
             w = from_arrays(node.model, msg.content["arrays"])
             ctx = Context(round=round_, rounds=config.rounds, seed=config.seed, params=w, local=config.local,
                           num_clients=node.fed.num_clients, num_sampled=config.num_sampled,
-                          eligible=config.eligible_clients)
+                          eligible=config.eligible_clients, layout=ParamLayout.of(node.model))
             clients = ClientRuntime(node.model, node.fed.clients, config.seed, config.batched)
             clients.round = round_
             clients.states = _load_state(algorithm, context, key)
@@ -503,7 +494,7 @@ def client_app(*configs: ExperimentConfig) -> ClientApp:
         with run_threads():
             w = from_arrays(node.model, msg.content["arrays"])
             own = _load_state(node.config.algorithm, context, key).get(k)
-            if node.config.algorithm.ClientState is not None:
+            if node.config.algorithm.personal:
                 # a personalised algorithm (Ditto) evaluates the client's own model; before the
                 # client's first round that is the w⁰ the rule sends with its plan (Ditto's "initial")
                 w = own.personal if own is not None else _tensors(msg.content.get("plan")).get("initial", w)

@@ -33,6 +33,7 @@ from .data import load_dataset
 from .engine import RUN_THREADS, Lockstep, Trainer, cpu_kernels, resolve_device, run_threads  # noqa: F401 (cpu_kernels: read from here)
 from .errors import TrainingDivergedError
 from .history import History, RunState, load_checkpoint, save_checkpoint
+from .server import record_round, server_half
 from .models import build_model
 from .partition import FederatedData, federate
 from .progress import RoundReporter
@@ -213,26 +214,15 @@ def _simulate(config: ExperimentConfig, checkpoint_dir: Path | None, progress: b
         reports = honest
         for attack in attacks:  # what the server receives
             reports = attack.apply(reports)
-        agg = algo.aggregate(reports, run.state, ctx)
-        if not torch.isfinite(agg.direction).all():
-            raise TrainingDivergedError(f"round {t}: {algo.name} produced a NaN/Inf direction; "
-                                        "the last checkpoint is kept")
-        step, run.optimizer, opt_info = optimizer.update(agg.direction, run.optimizer, t, config.rounds)
-        w_new = w - step
-        if not torch.isfinite(w_new).all():
-            raise TrainingDivergedError(f"round {t}: the server step made the global model NaN/Inf; "
-                                        "the last checkpoint is kept")
+        step = server_half(algo, optimizer, reports, run.state, run.optimizer, ctx, config.rounds)
+        w_new = step.params
         improved = float("nan")
         if config.track_improved:   # true losses, not reported ones
             improved = _improved(honest.loss_before, clients.losses(w_new, plan.clients))
-        run.params, run.state, run.round = w_new, agg.state, t + 1
+        run.params, run.state, run.optimizer, run.round = w_new, step.state, step.optimizer, t + 1
         if config.averaged_iterate:
             run.iterate_sum = w_new.double() + (0 if run.iterate_sum is None else run.iterate_sum)
-        history.round_lr.append(float(opt_info.get("lr", 1.0)))
-        history.round_improved.append(improved)
-        history.sampled.append([int(k) for k in plan.clients])
-        for k, v in agg.info.items():
-            history.info.setdefault(k, []).append(float(v) if np.ndim(v) == 0 else np.asarray(v, float).tolist())
+        record_round(history, step, plan.clients, improved)
         done = t + 1
         if done % config.eval_every == 0 or done == config.rounds:
             ev = algo.evaluate(replace(ctx, params=w_new), run.state, clients)

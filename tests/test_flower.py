@@ -47,6 +47,11 @@ ALGORITHMS = {
     "afl": {"name": "afl", "lr_lambda": 0.5},
     "term": {"name": "term", "t": 2.0},
     "ditto": {"name": "ditto", "lam": 0.5},
+    # DQN-Fed's baselines: FedHEAL keeps its masks on the clients, FedLF reads the layout, FedNew
+    # sends each client its dual (ρ large enough for this MLP's conjugate-gradient reading)
+    "fedheal": "fedheal",
+    "fedlf": "fedlf",
+    "fednew": {"name": "fednew", "rho": 100.0},
 }
 CONFIGS = {name: BASE.replace(algorithm=spec) for name, spec in ALGORITHMS.items()}
 # FMOL on two-task MultiMNIST over the same six nodes: two local full-batch steps per objective,
