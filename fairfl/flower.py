@@ -204,7 +204,6 @@ class FairflStrategy(Strategy):
     when the simulation's Ray failed to start, ends with an error instead of waiting forever)."""
 
     def __init__(self, config: ExperimentConfig, timeout: float = 600.0):
-        config.validate()
         self.config, self.algorithm, self.timeout = config, config.algorithm, timeout
         self.model = _template(config)        # the server keeps the model on the CPU, as the loop does
         num_clients = config.partition.federation_size
@@ -460,7 +459,7 @@ def client_app(*configs: ExperimentConfig) -> ClientApp:
     ``client_update`` for the node's client (and the config's attacks on it, as a malicious node
     would), ``evaluate`` evaluates the model it is sent (a personalised algorithm: the node's own
     model) on the node's data."""
-    by_key = {c.validate().key(): c for c in configs}
+    by_key = {c.key(): c for c in configs}
     app = ClientApp()
 
     @app.query()
@@ -632,7 +631,6 @@ def run_simulation(*configs: ExperimentConfig, num_cpus: int | None = None, clie
         raise ConfigError("run_simulation needs at least one config")
     first = configs[0]
     for c in configs:
-        c.validate()
         if resolve_device(c.device).type != "cpu":
             # Flower's Ray backend hides every GPU from a node that asks for none, and nodes that
             # share GPUs by fractions are not what this path was built or tested for

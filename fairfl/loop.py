@@ -91,10 +91,9 @@ def simulate(config: ExperimentConfig, checkpoint_dir: Path | None = None, progr
     With ``checkpoint_dir`` a checkpoint is written atomically every ``checkpoint_every`` rounds
     and the run resumes from it. A NaN/Inf raises TrainingDivergedError; the last checkpoint
     stays as it was. The run computes with :data:`RUN_THREADS` intra-op threads."""
-    config.validate()
-    resolve_device(config.device)
+    device = resolve_device(config.device)      # once per run, carried (a config was validated when made)
     with run_threads():
-        return _simulate(config, checkpoint_dir, progress, fed, stop_after)
+        return _simulate(config, device, checkpoint_dir, progress, fed, stop_after)
 
 
 def simulate_group(configs: Sequence[ExperimentConfig], checkpoint_dirs: Sequence[Path | None] | None = None,
@@ -106,10 +105,7 @@ def simulate_group(configs: Sequence[ExperimentConfig], checkpoint_dirs: Sequenc
     as run i ends (to store it before the others finish). Returns each run's History, or the
     exception that stopped it; a failed run does not stop the others. The calling thread only
     waits (an interrupt stops every run at its last checkpoint)."""
-    devices = []
-    for c in configs:
-        c.validate()
-        devices.append(resolve_device(c.device))
+    devices = [resolve_device(c.device) for c in configs]     # once per run, carried to its thread
     # The current CUDA device is a thread's own, and a new thread starts on GPU 0: the runs'
     # threads take the caller's, so that "cuda" is the GPU a worker was given (ProcessBackend(gpus=...))
     gpu = torch.cuda.current_device() if any(d.type == "cuda" for d in devices) else None
@@ -131,7 +127,7 @@ def simulate_group(configs: Sequence[ExperimentConfig], checkpoint_dirs: Sequenc
             if gpu is not None:
                 torch.cuda.set_device(gpu)
             with run_threads(), lockstep.turn():    # torch's thread count is per thread: set in each
-                results[i] = _simulate(configs[i], dirs[i], False, None, stop_after, lockstep)
+                results[i] = _simulate(configs[i], devices[i], dirs[i], False, None, stop_after, lockstep)
             if on_done is not None:
                 on_done(i, results[i])
         except BaseException as e:  # noqa: BLE001 - reported per run
@@ -167,12 +163,11 @@ class RunInterrupted(Exception):
     """A run of a lockstep group stopped because the group was interrupted."""
 
 
-def _simulate(config: ExperimentConfig, checkpoint_dir: Path | None, progress: bool, fed: FederatedData | None,
-              stop_after: int | None, trainer: Trainer | None = None) -> History:
+def _simulate(config: ExperimentConfig, device: torch.device, checkpoint_dir: Path | None, progress: bool,
+              fed: FederatedData | None, stop_after: int | None, trainer: Trainer | None = None) -> History:
     algo = config.algorithm
     attacks = [make_attack(spec) for spec in config.attacks]
     forced = tuple(sorted({a.client for a in attacks if a.every_round}))
-    device = resolve_device(config.device)
     fed = federated_data(config, device) if fed is None else fed.to(device)
     ds = fed.dataset
     model = build_model(config.model, ds.input_shape, ds.num_classes, seed=config.seed, tasks=ds.num_tasks,

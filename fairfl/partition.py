@@ -367,7 +367,6 @@ class FederatedData:
 
 
 def partition_indices(ds: ArrayDataset, spec: PartitionSpec) -> list[np.ndarray]:
-    spec.validate()
     rng = seeding.partition_rng(spec.seed, seeding.PARTITION)
     labels = ds.y_train.numpy()
     if labels.ndim == 2:
