@@ -211,13 +211,13 @@ def test_a_failed_reproduce_keeps_the_last_good_notebook(tmp_path):
     nb = _notebook(tmp_path / "94_flaky.ipynb", "import os\nassert os.environ['FLAKY'] == 'no', 'broken on purpose'\n"
                                                  "print('fine')")
     out = tmp_path / "out"
-    assert fairfl("reproduce", str(nb), "--output", str(out), env={"FLAKY": "no"}).returncode == 0
+    assert fairfl("reproduce", str(nb), "--profile", "quick", "--output", str(out), env={"FLAKY": "no"}).returncode == 0
     good = (out / "quick" / "94_flaky.ipynb").read_bytes()
-    r = fairfl("reproduce", str(nb), "--output", str(out), env={"FLAKY": "yes"})
+    r = fairfl("reproduce", str(nb), "--profile", "quick", "--output", str(out), env={"FLAKY": "yes"})
     assert r.returncode == 1 and "FAILED  94_flaky.ipynb" in r.stdout and "94_flaky.failed.ipynb" in r.stdout
     assert (out / "quick" / "94_flaky.ipynb").read_bytes() == good
     assert (out / "quick" / "94_flaky.failed.ipynb").is_file()
-    assert fairfl("reproduce", str(nb), "--output", str(out), env={"FLAKY": "no"}).returncode == 0
+    assert fairfl("reproduce", str(nb), "--profile", "quick", "--output", str(out), env={"FLAKY": "no"}).returncode == 0
     assert not (out / "quick" / "94_flaky.failed.ipynb").exists()          # a good run clears the failed one
 
 

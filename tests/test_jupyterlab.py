@@ -79,7 +79,8 @@ def lab(tmp_path):
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
            "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings")}
-    env.pop("TQDM_DISABLE", None)         # the progress bars are part of what a person sees
+    env.pop("TQDM_DISABLE", None)         # the progress bars are part of what a person sees,
+    env.pop("FAIRFL_PROGRESS", None)      # as widgets (what `reproduce` asks of its kernels is text)
     log = open(tmp_path / "jupyterlab.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",

@@ -164,6 +164,7 @@ def test_fairfl_backend_picks_ray_and_a_wrong_name_is_refused(local_ray, tmp_pat
 
     monkeypatch.delenv("FAIRFL_BACKEND")
     monkeypatch.delenv("FAIRFL_RAY_ADDRESS")
+    monkeypatch.delenv("FAIRFL_PROGRESS", raising=False)     # reproduce sets it for its kernels: restored after
     # the choice is checked, then handed to the notebooks' kernels (here none runs: its output folder
     # cannot be made, under a file)
     blocker = tmp_path / "a_file"
