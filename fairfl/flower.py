@@ -18,21 +18,7 @@ fuses a round's clients into one computation, a node trains its client alone). E
 the nodes, one row per client, and the strategy summarises the rows with the algorithm's own
 ``evaluate`` (FMOL: each objective's mean over its holders), as the loop does.
 
-Wire format (Flower's records; each choice is forced by what a record may hold):
-
-* the global model: an ``ArrayRecord`` of the model's named parameters (``"arrays"``);
-* the round's orders: a ``ConfigRecord`` (``"config"``): the round, the local training (a
-  ``batch_size``/``steps`` of None is left out: a ConfigRecord holds no None) and which losses to
-  report; tensors sent with the plan (DQN-Fed's θᵗ⁻¹, Ditto's w⁰) in an ``ArrayRecord``
-  (``"plan"``);
-* a client's report: per-client arrays in an ``ArrayRecord`` (``"report"``: the update, (d,) or
-  (S, d) for FMOL, and any per-objective losses, masks and extras), per-client scalars in a
-  ``MetricRecord`` (``"metrics"``: ``client-id``, ``num-examples``, the losses, DQN-Fed's
-  ``extra.dqn_d`` and, for its safeguard, ``extra.dqn_curvature`` and ``extra.dqn_scale``). A
-  MetricRecord holds Python floats: scalars arrive as float64, which every rule reads in float64
-  anyway (the float32 → float64 conversion is exact);
-* a client's state across rounds (Ditto's personal model) stays on its node, in the node's
-  ``Context.state``.
+The wire format (models, plans and reports as Flower records) is ``fairfl.flower_wire``'s.
 """
 from __future__ import annotations
 
@@ -51,19 +37,19 @@ import torch
 
 from .algorithms.base import Context, ParamLayout, RoundPlan, init_state
 from .attacks import make_attack
-from .client import ClientRuntime, Evaluation, LocalTraining, evaluate_model, flat_params, merge_evaluations, \
-    set_flat_params
+from .client import ClientRuntime, Evaluation, evaluate_model, flat_params, merge_evaluations, set_flat_params
 from .config import ExperimentConfig
 from .engine import resolve_device
 from .errors import ConfigError, RunFailedError
 from .history import History
 from .server import record_round, server_half
 from .loop import federated_data, run_threads
-from .messages import ClientUpdates
+from .flower_wire import (RUN_KEY, decode_reports, encode_report, from_arrays, plan_config, plan_from,  # noqa: F401
+                          tensor_record, tensors_of, to_arrays)
 from .models import build_model
 
 try:
-    from flwr.app import Array, ArrayRecord, ConfigRecord, Context as FlowerContext, Message, MessageType, \
+    from flwr.app import ArrayRecord, ConfigRecord, Context as FlowerContext, Message, MessageType, \
         MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
     from flwr.serverapp import Grid, ServerApp
@@ -71,125 +57,7 @@ try:
 except ImportError as e:  # pragma: no cover - flwr is in requirements.txt
     raise ImportError("fairfl.flower needs Flower: pip install 'flwr[simulation]' (pinned in requirements.txt)") from e
 
-RUN_KEY = "fairfl-run"          # which experiment a message belongs to (one ClientApp may serve several)
 CLIENT_STATE = "fairfl-client-state"
-
-
-# ----------------------------------------------------------------------------- model <-> records
-
-def _names(model: torch.nn.Module) -> list[str]:
-    return [name for name, _ in model.named_parameters()]
-
-
-def to_arrays(model: torch.nn.Module, flat: torch.Tensor) -> ArrayRecord:
-    """A flat parameter vector as Flower's ArrayRecord of the model's named parameters."""
-    out, i = {}, 0
-    for name, p in model.named_parameters():
-        out[name] = Array(flat[i:i + p.numel()].reshape(p.shape).detach().cpu().numpy())
-        i += p.numel()
-    return ArrayRecord(out)
-
-
-def from_arrays(model: torch.nn.Module, record: ArrayRecord) -> torch.Tensor:
-    """The flat parameter vector (``parameters()`` order) of an ArrayRecord of named parameters."""
-    names = _names(model)
-    if sorted(record.keys()) != sorted(names):
-        raise ConfigError(f"the message's arrays {sorted(record.keys())} are not this model's parameters {sorted(names)}")
-    return torch.cat([torch.from_numpy(np.array(record[name].numpy())).reshape(-1) for name in names])
-
-
-def _tensor_record(tensors: dict[str, Any]) -> ArrayRecord:
-    return ArrayRecord({k: Array(torch.as_tensor(v).detach().cpu().numpy()) for k, v in tensors.items()})
-
-
-def _tensors(record: ArrayRecord | None) -> dict[str, torch.Tensor]:
-    return {} if record is None else {k: torch.from_numpy(np.array(record[k].numpy())) for k in record.keys()}
-
-
-# ----------------------------------------------------------------------------- the plan on the wire
-
-def _plan_config(ctx: Context, plan: RoundPlan, run: str) -> tuple[ConfigRecord, ArrayRecord]:
-    cfg = {RUN_KEY: run, "fairfl-round": int(ctx.round), "loss-before": bool(plan.loss_before),
-           "loss-after": bool(plan.loss_after)}
-    for f in dataclasses.fields(plan.local):
-        value = getattr(plan.local, f.name)
-        if value is not None:           # a ConfigRecord holds no None: absent means None
-            cfg[f"local.{f.name}"] = value
-    tensors, none = {}, []
-    for k, v in plan.extras.items():
-        if v is None:
-            none.append(k)
-        elif isinstance(v, torch.Tensor):
-            tensors[k] = v
-        else:
-            raise ConfigError(f"plan extra {k!r} is a {type(v).__name__}: only tensors (or None) travel to the clients")
-    if none:
-        cfg["plan.none"] = none
-    return ConfigRecord(cfg), _tensor_record(tensors)
-
-
-def _plan_from(content: RecordDict, client: int) -> tuple[int, RoundPlan]:
-    cfg = content["config"]
-    local = LocalTraining(**{f.name: cfg[f"local.{f.name}"] if f"local.{f.name}" in cfg else None
-                             for f in dataclasses.fields(LocalTraining)})
-    extras: dict[str, Any] = dict(_tensors(content.get("plan")))
-    for k in cfg.get("plan.none", []):
-        extras[k] = None
-    plan = RoundPlan(np.asarray([client]), local, bool(cfg["loss-before"]), bool(cfg["loss-after"]), extras)
-    return int(cfg["fairfl-round"]), plan
-
-
-# ----------------------------------------------------------------------------- a report on the wire
-
-def _report_fields(reports: ClientUpdates) -> dict[str, torch.Tensor | None]:
-    return {"update": reports.updates, "loss-before": reports.loss_before, "loss-after": reports.loss_after,
-            "held": reports.held, **{f"extra.{k}": v for k, v in reports.extras.items()}}
-
-
-def encode_report(reports: ClientUpdates) -> RecordDict:
-    """One client's row of ClientUpdates as Flower records: per-client scalars in a MetricRecord,
-    everything with a shape (its update, per-objective values) in an ArrayRecord."""
-    if reports.m != 1:
-        raise ValueError(f"a node reports one client, got {reports.m}")
-    metrics: dict[str, Any] = {"client-id": int(reports.clients[0]), "num-examples": int(reports.num_samples[0])}
-    arrays: dict[str, torch.Tensor] = {}
-    for name, value in _report_fields(reports).items():
-        if value is None:
-            continue
-        row = value[0]
-        if row.ndim == 0 and row.dtype != torch.bool:
-            metrics[name] = float(row)
-        else:
-            arrays[name] = row
-    if reports.shared is not None:
-        arrays["shared"] = reports.shared
-    return RecordDict({"report": _tensor_record(arrays), "metrics": MetricRecord(metrics)})
-
-
-def decode_reports(contents: Sequence[RecordDict], order: Sequence[int]) -> ClientUpdates:
-    """The round's ClientUpdates from the clients' replies, rows in ``order`` (the plan's order,
-    which is the loop's)."""
-    by_client = {int(c["metrics"]["client-id"]): c for c in contents}
-    missing = [int(k) for k in order if int(k) not in by_client]
-    if missing:
-        raise RunFailedError(f"client(s) {missing} did not report")
-    rows = [by_client[int(k)] for k in order]
-    arrays = [_tensors(r["report"]) for r in rows]
-    metrics = [r["metrics"] for r in rows]
-    names = set(arrays[0]) | {k for k in metrics[0] if k not in ("client-id", "num-examples")}
-
-    def stacked(name: str) -> torch.Tensor | None:
-        if name not in names:
-            return None
-        if name in arrays[0]:
-            return torch.stack([a[name] for a in arrays])
-        return torch.tensor([float(m[name]) for m in metrics], dtype=torch.float64)
-
-    extras = {n[len("extra."):]: stacked(n) for n in sorted(names) if n.startswith("extra.")}
-    return ClientUpdates(np.asarray(order), stacked("update"),
-                         torch.tensor([int(m["num-examples"]) for m in metrics]),
-                         stacked("loss-before"), stacked("loss-after"), extras, stacked("held"),
-                         arrays[0].get("shared"))
 
 
 # ----------------------------------------------------------------------------- server
@@ -273,7 +141,7 @@ class FairflStrategy(Strategy):
         ctx = replace(self.base, round=server_round - 1, params=w)
         plan = self.algorithm.configure(ctx, self.state)
         self._round = (ctx, plan)
-        orders, tensors = _plan_config(ctx, plan, self.run_key)
+        orders, tensors = plan_config(ctx, plan, self.run_key)
         content = RecordDict({"arrays": arrays, "config": orders, "plan": tensors})
         return [Message(content, dst_node_id=self.nodes[int(k)], message_type=MessageType.TRAIN)
                 for k in plan.clients]
@@ -300,7 +168,7 @@ class FairflStrategy(Strategy):
         self._shown = self.algorithm.eval_params(self.state, self.params)
         shown = to_arrays(self.model, self._shown)
         _, plan = self._round
-        _, tensors = _plan_config(replace(self.base, round=server_round - 1), plan, self.run_key)
+        _, tensors = plan_config(replace(self.base, round=server_round - 1), plan, self.run_key)
         content = RecordDict({"arrays": shown, "plan": tensors,
                               "config": ConfigRecord({RUN_KEY: self.run_key, "fairfl-round": server_round})})
         return [Message(content, dst_node_id=self.nodes[k], message_type=MessageType.EVALUATE)
@@ -446,12 +314,12 @@ def _load_state(algorithm, context: FlowerContext, key: str) -> dict[int, Any]:
     record = context.state.get(f"{CLIENT_STATE}.{key}")
     if algorithm.ClientState is None or record is None:
         return {}
-    return {client_id(context): algorithm.ClientState(**_tensors(record))}
+    return {client_id(context): algorithm.ClientState(**tensors_of(record))}
 
 
 def _save_state(states: dict[int, Any], context: FlowerContext, key: str, k: int) -> None:
     if k in states:
-        context.state[f"{CLIENT_STATE}.{key}"] = _tensor_record(dataclasses.asdict(states[k]))
+        context.state[f"{CLIENT_STATE}.{key}"] = tensor_record(dataclasses.asdict(states[k]))
 
 
 def client_app(*configs: ExperimentConfig) -> ClientApp:
@@ -471,7 +339,7 @@ def client_app(*configs: ExperimentConfig) -> ClientApp:
         node, k = _node(by_key, msg.content), client_id(context)
         key, config = str(msg.content["config"][RUN_KEY]), node.config
         algorithm = config.algorithm
-        round_, plan = _plan_from(msg.content, k)
+        round_, plan = plan_from(msg.content, k)
         with run_threads():
             w = from_arrays(node.model, msg.content["arrays"])
             ctx = Context(round=round_, rounds=config.rounds, seed=config.seed, params=w, local=config.local,
@@ -496,7 +364,7 @@ def client_app(*configs: ExperimentConfig) -> ClientApp:
             if node.config.algorithm.personal:
                 # a personalised algorithm (Ditto) evaluates the client's own model; before the
                 # client's first round that is the w⁰ the rule sends with its plan (Ditto's "initial")
-                w = own.personal if own is not None else _tensors(msg.content.get("plan")).get("initial", w)
+                w = own.personal if own is not None else tensors_of(msg.content.get("plan")).get("initial", w)
             set_flat_params(node.model, w.to(next(node.model.parameters()).device))
             ev = evaluate_model(node.model, [node.fed.clients[k]])
         metrics = {"client-id": k, "test-acc": _metric(ev.test_acc[0]), "test-loss": _metric(ev.test_loss[0]),
