@@ -282,6 +282,7 @@ def test_a_cached_run_is_read_without_loading_its_data(tmp_path, monkeypatch):
     before = cache.key(MNIST_CFG, root)
     assert len(calls) == 2
     (tmp_path / "data" / "MNIST" / "notes.txt").write_text("a file a loader might prefer")
+    _new_process(monkeypatch)                                   # (within one process, only the files read count)
     assert cache.key(MNIST_CFG, root) == before and len(calls) == 3   # loaded again: same data, same key
 
 
@@ -358,3 +359,17 @@ def test_runs_trained_without_the_exactness_rules_are_another_entry(tmp_path):
         assert r.returncode == 0, r.stderr
         keys[exact] = r.stdout.strip()
     assert keys["1"] == cache.key(CFG, tmp_path) != keys["0"]
+
+
+def test_a_dataset_staged_beside_another_does_not_load_that_one_again(tmp_path, monkeypatch):
+    """Within a process the memoised dataset stays while its own files are unchanged, whatever other
+    datasets write into the data root (a sweep's first load of each staged its files there and every
+    memoised dataset was loaded again); across processes the data root's folders are checked too."""
+    import fairfl.data.base as base
+    _handmade_mnist(tmp_path / "data", 0)
+    monkeypatch.setenv("FAIRFL_DATA", str(tmp_path / "data"))
+    _new_process(monkeypatch)
+    first = base.load_dataset("mnist")
+    (tmp_path / "data" / "Other").mkdir()                       # another dataset staged beside it
+    (tmp_path / "data" / "Other" / "file").write_bytes(b"x")
+    assert base.load_dataset("mnist") is first

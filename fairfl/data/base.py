@@ -226,7 +226,7 @@ def _loader_code() -> str:
 @dataclass(frozen=True)
 class _Fingerprint:
     value: str
-    stamps: dict                              # the files read and the data root's folders, stamped
+    stamps: dict                              # the files read, stamped
 
 
 _FINGERPRINTS: dict[str, _Fingerprint] = {}
@@ -250,18 +250,18 @@ def fingerprint(name: str, options: Mapping[str, Any], memo: Path | None = None)
     options = canonical_options(name, options)
     ident = _identity(name, options)
     known = _FINGERPRINTS.get(ident)
-    if known is not None and _unchanged(known.stamps):
+    if known is not None and _unchanged(known.stamps):     # in this process: the files read
         return known.value
     file = Path(memo) / f"{hashlib.sha256(ident.encode()).hexdigest()[:24]}.json" if memo is not None else None
     if file is not None and file.is_file():
         try:
             record = json.loads(file.read_text())
-            if record["identity"] == ident and _unchanged(record["stamps"]):
+            if record["identity"] == ident and _unchanged(record["stamps"]) and _unchanged(record["folders"]):
                 _FINGERPRINTS[ident] = _Fingerprint(record["fingerprint"], record["stamps"])
                 return record["fingerprint"]
         except (OSError, ValueError, KeyError, TypeError):
             pass                                         # unreadable: computed again and rewritten
-    ds, stamps = _load(name, options)
+    ds, stamps, folders = _load(name, options)
     h = hashlib.sha256()
     for t in (ds.x_train, ds.y_train, ds.x_test, ds.y_test):
         h.update(str((tuple(t.shape), str(t.dtype))).encode())
@@ -274,19 +274,21 @@ def fingerprint(name: str, options: Mapping[str, Any], memo: Path | None = None)
     if file is not None:
         try:
             file.parent.mkdir(parents=True, exist_ok=True)
-            record = {"identity": ident, "stamps": stamps, "fingerprint": known.value}
+            record = {"identity": ident, "stamps": stamps, "folders": folders, "fingerprint": known.value}
             atomic_write(file, lambda p: Path(p).write_text(json.dumps(record)))
         except OSError:
             pass                                         # a read-only results folder: remembered in this process
     return known.value
 
 
-_CACHE: dict[tuple, tuple[ArrayDataset, dict]] = {}
+_CACHE: dict[tuple, tuple[ArrayDataset, dict, dict]] = {}
 
 
-def _load(name: str, kwargs: Mapping[str, Any]) -> tuple[ArrayDataset, dict]:
-    """The dataset (memoised per process while the files it was read from are unchanged) and the
-    stamps of what it was read from."""
+def _load(name: str, kwargs: Mapping[str, Any]) -> tuple[ArrayDataset, dict, dict]:
+    """The dataset (memoised per process while the files it was read from are unchanged), the
+    stamps of those files, and those of the data root's folders at the load. The folders are
+    checked across processes only (the fingerprint's record on disk): within one, other datasets
+    staging their files into the data root would otherwise make every dataset load again."""
     check_dataset_name(name)
     kwargs = {k: v for k, v in kwargs.items() if not (v is None and k in ("root", "download"))}
     classes = kwargs.pop("classes", None)
@@ -296,11 +298,11 @@ def _load(name: str, kwargs: Mapping[str, Any]) -> tuple[ArrayDataset, dict]:
     if hit is None or not _unchanged(hit[1]):
         with _recording() as files:
             ds = check_contents(LOADERS[name](**kwargs))
-        hit = _CACHE[key] = (ds, {**_stamps(files), **_folders_stamp(root)})
-    ds, stamps = hit
+        hit = _CACHE[key] = (ds, _stamps(files), _folders_stamp(root))
+    ds, stamps, folders = hit
     for files in getattr(_RECORDING, "stack", ()):      # a loader that builds on another (MultiMNIST on MNIST)
         files.update(stamps)
-    return (ds if classes is None else select_classes(ds, classes)), stamps
+    return (ds if classes is None else select_classes(ds, classes)), stamps, folders
 
 
 def load_dataset(name: str, classes: Sequence[int] | None = None, **kwargs) -> ArrayDataset:
