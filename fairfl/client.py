@@ -226,10 +226,13 @@ def _flat_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
 
 
 def _second_order(model: nn.Module, points: torch.Tensor, data: Sequence[Client], clients: Sequence[int],
-                  dtype: torch.dtype | None, per_chunk, chunk: int) -> list[torch.Tensor]:
+                  dtype: torch.dtype | None, per_chunk, chunk: int,
+                  rows: Sequence[torch.Tensor | None] | None = None) -> list[torch.Tensor]:
     """``per_chunk(loss, point, r)`` summed over the chunks of client ``clients[r]``'s training data and
     divided by its size (fₖ is a mean loss), for every r; in eval mode (no dropout: the same function at
-    every call), in ``dtype`` (default: the model's), on the model's device, returned on the CPU."""
+    every call), in ``dtype`` (default: the model's), on the model's device, returned on the CPU.
+    ``rows[r]``, where given, restricts client r to those rows of its training data (a subsampled
+    Hessian: the mean loss over them)."""
     if num_tasks(model) != 1:
         raise ValueError("Hessian-vector products and Hessians are for single-task models")
     device = _device(model)
@@ -241,6 +244,8 @@ def _second_order(model: nn.Module, points: torch.Tensor, data: Sequence[Client]
         for r, k in enumerate(clients):
             point = points[r].to(device=device, dtype=dtype)
             x, y = data[k].x_train, data[k].y_train
+            if rows is not None and rows[r] is not None:
+                x, y = x[rows[r]], y[rows[r]]
             if not len(y):
                 raise ValueError(f"client {k} has no training data: its loss has no derivatives")
             total = None
@@ -261,10 +266,12 @@ def _rows(t: torch.Tensor, m: int) -> torch.Tensor:
 
 def hessian_vector_products(model: nn.Module, point: torch.Tensor, data: Sequence[Client], clients: Sequence[int],
                             v: torch.Tensor, dtype: torch.dtype | None = None,
-                            chunk: int = SECOND_ORDER_CHUNK) -> torch.Tensor:
-    """∇²fₖ(point)·v for each client k (fₖ: its mean training loss), by double backward. ``point``: (d,)
-    or (m, d) one per client; ``v``: (d,), (m, d) one per client, or (m, s, d) s vectors per client
-    (one backward pass, s products). Returns (m, d) or (m, s, d)."""
+                            chunk: int = SECOND_ORDER_CHUNK,
+                            rows: Sequence[torch.Tensor | None] | None = None) -> torch.Tensor:
+    """∇²fₖ(point)·v for each client k (fₖ: its mean training loss, or over ``rows[r]`` of its training
+    data where given), by double backward. ``point``: (d,) or (m, d) one per client; ``v``: (d,), (m, d)
+    one per client, or (m, s, d) s vectors per client (one backward pass, s products). Returns (m, d) or
+    (m, s, d)."""
     m = len(clients)
     points = _rows(point, m)
     many = v.ndim == 3
@@ -276,7 +283,7 @@ def hessian_vector_products(model: nn.Module, point: torch.Tensor, data: Sequenc
         rows = vs[r].to(device=p.device, dtype=p.dtype)
         return torch.stack([torch.autograd.grad(g @ u, p, retain_graph=i < len(rows) - 1)[0]
                             for i, u in enumerate(rows)])
-    out = torch.stack(_second_order(model, points, data, clients, dtype, per_chunk, chunk))
+    out = torch.stack(_second_order(model, points, data, clients, dtype, per_chunk, chunk, rows))
     return out if many else out[:, 0]
 
 
@@ -483,11 +490,12 @@ class ClientRuntime:
         return gradients(self.model, point, self.data, ids, self.batched, self.trainer)
 
     def hvp(self, point: torch.Tensor, ids: Sequence[int], v: torch.Tensor,
-            dtype: torch.dtype | None = None) -> torch.Tensor:
-        """∇²fₖ(point)·v on each client's whole training data, eval mode (:func:`hessian_vector_products`):
-        ``point`` (d,) or (m, d), ``v`` (d,), (m, d) or (m, s, d). The client computation of a
-        second-order method (FedNL's Hutchinson probes, FedNew's conjugate gradients)."""
-        return hessian_vector_products(self.model, point, self.data, ids, v, dtype)
+            dtype: torch.dtype | None = None, rows: Sequence[torch.Tensor | None] | None = None) -> torch.Tensor:
+        """∇²fₖ(point)·v on each client's whole training data (or on ``rows[r]`` of it: a subsampled
+        Hessian), eval mode (:func:`hessian_vector_products`): ``point`` (d,) or (m, d), ``v`` (d,),
+        (m, d) or (m, s, d). The client computation of a second-order method (FedNL's Hutchinson
+        probes, FedNew's conjugate gradients)."""
+        return hessian_vector_products(self.model, point, self.data, ids, v, dtype, rows=rows)
 
     def hessian(self, point: torch.Tensor, ids: Sequence[int],
                 dtype: torch.dtype | None = torch.float64) -> torch.Tensor:

@@ -31,7 +31,8 @@ loop, so an algorithm never imports the training engine):
 Client computations beyond local SGD (a second-order method's Hessian-vector products, a few
 extra passes) are written in the algorithm's module, in its ``client_update``, with what the
 runtime offers on each client's whole training data: ``clients.gradients(point, ids)`` (∇fₖ),
-``clients.hvp(point, ids, v)`` (∇²fₖ·vₖ, double backward) and, for a small model,
+``clients.hvp(point, ids, v)`` (∇²fₖ·vₖ, double backward; ``rows=`` restricts each client to a fixed
+subsample, :func:`hessian_rows`) and, for a small model,
 ``clients.hessian(point, ids)`` (the dense ∇²fₖ) — DQN-Fed's BFGS pairs, FedNL's learned
 Hessians and FedNew's local Newton systems are built this way, and the engine never changes.
 Per-layer rules read the flat vector's :class:`ParamLayout` (``ctx.layout``: one slice per
@@ -171,9 +172,27 @@ class Context:
         """A generator of (seed, round, purpose[, ids]); see ``fairfl.seeding``."""
         return seeding.rng(self.seed, self.round, purpose, *ids)
 
+    def fixed_rows(self, purpose: int, client: int, n: int, size: int | None) -> torch.Tensor | None:
+        """``size`` of a client's ``n`` training rows, sorted, drawn once per run from (seed, purpose,
+        client) and the same in every round (None when ``size`` is None or ≥ n): the fixed
+        subsample of a subsampled Hessian (Byrd, Chin, Neveitt & Nocedal 2011)."""
+        if size is None or size >= n:
+            return None
+        chosen = seeding.rng(self.seed, 0, purpose, client).choice(n, size=size, replace=False)
+        return torch.as_tensor(np.sort(chosen), dtype=torch.long)
+
     def sample(self) -> np.ndarray:
         """The round's clients, uniformly (the loop's default sampling)."""
         return sample_clients(self.seed, self.round, self.num_clients, self.num_sampled, self.eligible, self.forced)
+
+
+def hessian_rows(clients, ids: Sequence[int], ctx: Context, purpose: int,
+                 size: int | None) -> list[torch.Tensor | None] | None:
+    """The fixed Hessian subsample of each client in ``ids`` (:meth:`Context.fixed_rows`), for
+    ``clients.hvp(..., rows=...)``; None (all rows) when ``size`` is None."""
+    if size is None:
+        return None
+    return [ctx.fixed_rows(purpose, int(k), int(n), size) for k, n in zip(ids, clients.num_samples(ids))]
 
 
 @dataclass(frozen=True)
