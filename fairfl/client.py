@@ -115,17 +115,22 @@ def objective_losses(model: nn.Module, xs: Sequence[torch.Tensor], ys: Sequence[
                         for s in range(num_tasks(model))], dim=1)
 
 
-def check_finite(updates: torch.Tensor, losses: torch.Tensor | None, clients: Sequence[int], round_: int) -> None:
-    """Raise TrainingDivergedError naming the clients whose update or loss is NaN/Inf."""
+LOCAL_TRAINING = "local training of client(s) {who} produced NaN/Inf (loss or update); lower the learning rate"
+GRADIENT = ("the gradient of client(s) {who} at the global model is NaN/Inf: the server's last step left the region "
+            "where the loss is finite (shorten the server's step or, for a Newton-type method, damp it more)")
+
+
+def check_finite(updates: torch.Tensor, losses: torch.Tensor | None, clients: Sequence[int], round_: int,
+                 what: str = LOCAL_TRAINING) -> None:
+    """Raise TrainingDivergedError naming the clients whose update or loss is NaN/Inf (``what``: the
+    message, with ``{who}`` for them)."""
     ok = torch.isfinite(updates.reshape(len(updates), -1)).all(dim=1)
     if losses is not None:
         ok &= torch.isfinite(losses.reshape(len(losses), -1)).all(dim=1)
     bad_rows = ~ok
     if bad_rows.any():
         who = [int(clients[i]) for i in torch.nonzero(bad_rows).ravel()]
-        raise TrainingDivergedError(
-            f"round {round_}: local training of client(s) {who} produced NaN/Inf "
-            "(loss or update); lower the learning rate. The last checkpoint is kept.")
+        raise TrainingDivergedError(f"round {round_}: {what.format(who=who)}. The last checkpoint is kept.")
 
 
 # ----------------------------------------------------------------------------- instances
@@ -173,7 +178,8 @@ def _device(model: nn.Module) -> torch.device:
 
 def train_clients(model: nn.Module, global_flat: torch.Tensor, data: Sequence[Client], clients: Sequence[int],
                   cfg: LocalTraining, seed: int, round_: int, batched: bool = True,
-                  loss_before: bool = True, loss_after: bool = True, trainer: Trainer | None = None) -> ClientUpdates:
+                  loss_before: bool = True, loss_after: bool = True, trainer: Trainer | None = None,
+                  check: bool = True) -> ClientUpdates:
     """The sampled clients' local training from the global model: their pseudo-gradients
     g = w_global − w_local, sample counts, and (when asked: each costs a forward pass over the
     clients' data) their mean training losses before and after. ``model`` and ``data`` are on the
@@ -189,7 +195,8 @@ def train_clients(model: nn.Module, global_flat: torch.Tensor, data: Sequence[Cl
                        [Stream(seed, round_, int(k)) for k in clients], cfg, w, batched, loss_after), trainer)
     out = ClientUpdates(np.asarray(clients), (w.unsqueeze(0) - trained.params).cpu(),
                         torch.tensor([data[k].num_train for k in clients]), _cpu(before), _cpu(trained.loss_after))
-    check_finite(out.updates, out.loss_after, clients, round_)
+    if check:
+        check_finite(out.updates, out.loss_after, clients, round_)
     return out
 
 
@@ -198,13 +205,17 @@ def _cpu(t: torch.Tensor | None) -> torch.Tensor | None:
 
 
 def gradients(model: nn.Module, point: torch.Tensor, data: Sequence[Client], clients: Sequence[int],
-              batched: bool = True, trainer: Trainer | None = None) -> torch.Tensor:
+              batched: bool = True, trainer: Trainer | None = None, round_: int = 0) -> torch.Tensor:
     """∇fₖ(point) for each client (rows), full batch on its training data: one SGD step of
     learning rate 1 from ``point`` moves by exactly the gradient, so the batched local-training
-    path computes every client's gradient in one fused pass."""
+    path computes every client's gradient in one fused pass. Its data order comes from the
+    stream of (seed 0, round 0) in every round, so its bits never depend on the round; ``round_``
+    only names the round in its error."""
     step = LocalTraining(epochs=1, batch_size=None, lr=1.0)
-    return train_clients(model, point, data, clients, step, 0, 0, batched, loss_before=False, loss_after=False,
-                         trainer=trainer).updates
+    grads = train_clients(model, point, data, clients, step, 0, 0, batched, loss_before=False, loss_after=False,
+                          trainer=trainer, check=False).updates
+    check_finite(grads, None, clients, round_, GRADIENT)
+    return grads
 
 
 # ----------------------------------------------------------------------------- second-order quantities
@@ -354,6 +365,8 @@ class Evaluation:
     test_loss: list
     train_loss: float | list
     client_train_loss: list | None = None
+    val_acc: list | None = None        # the same on the clients' validation splits, where asked for
+    val_loss: list | None = None
 
 
 def merge_evaluations(parts: Sequence[Evaluation]) -> Evaluation:
@@ -363,8 +376,11 @@ def merge_evaluations(parts: Sequence[Evaluation]) -> Evaluation:
     train = [p.train_loss for p in parts]
     mean_train = (float(np.mean(train)) if not isinstance(train[0], list)
                   else [float(v) for v in np.mean(np.asarray(train, dtype=np.float64), axis=0)])
+    validated = parts[0].val_acc is not None
     return Evaluation([p.test_acc[0] for p in parts], [p.test_loss[0] for p in parts], mean_train,
-                      [p.client_train_loss[0] for p in parts])
+                      [p.client_train_loss[0] for p in parts],
+                      [p.val_acc[0] for p in parts] if validated else None,
+                      [p.val_loss[0] for p in parts] if validated else None)
 
 
 def _split_means(values: torch.Tensor, sizes: list[int]) -> list[float]:
@@ -372,11 +388,14 @@ def _split_means(values: torch.Tensor, sizes: list[int]) -> list[float]:
 
 
 @torch.no_grad()
-def evaluate_model(model: nn.Module, data: Sequence[Client]) -> Evaluation:
+def evaluate_model(model: nn.Module, data: Sequence[Client], validation: bool = False) -> Evaluation:
     """Every client's test accuracy and loss, and the uniformly averaged training loss over all
     clients, at the model's current parameters in eval mode; per objective for a multi-task
-    model (its objectives' views)."""
+    model (its objectives' views). ``validation``: also each client's validation accuracy and loss
+    (single-task models)."""
     if num_tasks(model) > 1:
+        if validation:
+            raise ValueError("validation scores are for single-task models")
         parts = [evaluate_model(objective_view(model, s), [_task_client(c, s) for c in data])
                  for s in range(num_tasks(model))]
         per_client = lambda key: [list(v) for v in zip(*(getattr(p, key) for p in parts))]
@@ -386,21 +405,30 @@ def evaluate_model(model: nn.Module, data: Sequence[Client]) -> Evaluation:
     model.eval()
     try:
         out = predict(model, [c.x_test for c in data])
+        val = predict(model, [c.x_val for c in data]) if validation else None
         train = mean_losses(model, [c.x_train for c in data], [c.y_train for c in data])
     finally:
         model.train(was_training)
-    return evaluation_of(out, data, train)
+    return evaluation_of(out, data, train, val)
 
 
-def evaluation_of(test_logits: torch.Tensor, data: Sequence[Client], train_losses: torch.Tensor) -> Evaluation:
+def _scores(logits: torch.Tensor, ys: Sequence[torch.Tensor]) -> tuple[list[float], list[float]]:
+    """Per-client accuracy and mean cross-entropy from logits on the concatenation of ``ys``' inputs
+    (NaN for a client with no samples)."""
+    y = torch.cat(list(ys))
+    losses = F.cross_entropy(logits, y, reduction="none") if len(y) else torch.empty(0, device=y.device)
+    correct = (logits.argmax(1) == y).float() if len(y) else torch.empty(0, device=y.device)
+    sizes = [len(v) for v in ys]
+    return _split_means(correct, sizes), _split_means(losses, sizes)
+
+
+def evaluation_of(test_logits: torch.Tensor, data: Sequence[Client], train_losses: torch.Tensor,
+                  val_logits: torch.Tensor | None = None) -> Evaluation:
     """The Evaluation of a single-task model from its logits on the clients' concatenated test
-    sets and its mean training loss on each client."""
-    ys = torch.cat([c.y_test for c in data])
-    losses = F.cross_entropy(test_logits, ys, reduction="none") if len(ys) else torch.empty(0, device=ys.device)
-    correct = (test_logits.argmax(1) == ys).float() if len(ys) else torch.empty(0, device=ys.device)
-    sizes = [len(c.y_test) for c in data]
-    return Evaluation(_split_means(correct, sizes), _split_means(losses, sizes), float(train_losses.mean()),
-                      [float(v) for v in train_losses])
+    sets (and, where given, validation sets) and its mean training loss on each client."""
+    acc, loss = _scores(test_logits, [c.y_test for c in data])
+    val_acc, val_loss = _scores(val_logits, [c.y_val for c in data]) if val_logits is not None else (None, None)
+    return Evaluation(acc, loss, float(train_losses.mean()), [float(v) for v in train_losses], val_acc, val_loss)
 
 
 def _task_client(c: Client, task: int) -> Client:
@@ -428,6 +456,7 @@ class ClientRuntime:
         self.trainer = trainer or Immediate()
         self.device = _device(model)
         self.round = 0
+        self.validation = False     # evaluations also score the validation splits (config.track_validation)
         self.states: dict[int, object] = {}
         self.cache: dict = {}
         self._losses: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
@@ -487,7 +516,7 @@ class ClientRuntime:
 
     def gradients(self, point: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
         """(m, d) full-batch gradients of clients ``ids`` at ``point`` (:func:`gradients`)."""
-        return gradients(self.model, point, self.data, ids, self.batched, self.trainer)
+        return gradients(self.model, point, self.data, ids, self.batched, self.trainer, self.round)
 
     def hvp(self, point: torch.Tensor, ids: Sequence[int], v: torch.Tensor,
             dtype: torch.dtype | None = None, rows: Sequence[torch.Tensor | None] | None = None) -> torch.Tensor:
@@ -538,17 +567,19 @@ class ClientRuntime:
         return self.trainer(job) if job.stackable else predict_one(job)
 
     def evaluate(self, params: torch.Tensor) -> Evaluation:
-        """Every client evaluated at the global model ``params``."""
+        """Every client evaluated at the global model ``params`` (and on its validation split where
+        the run asks for it: ``validation``)."""
         if self.num_objectives == 1:
             train = self.losses(params, range(self.num_clients))
-            return evaluation_of(self.predict(params, [c.x_test for c in self.data]), self.data, train)
+            val = self.predict(params, [c.x_val for c in self.data]) if self.validation else None
+            return evaluation_of(self.predict(params, [c.x_test for c in self.data]), self.data, train, val)
         set_flat_params(self.model, params.to(self.device))
-        return evaluate_model(self.model, self.data)
+        return evaluate_model(self.model, self.data, self.validation)
 
     def evaluate_each(self, params: Sequence[torch.Tensor]) -> Evaluation:
         """Client k evaluated at its own model ``params[k]`` (a personalised algorithm)."""
         parts = []
         for k, p in enumerate(params):
             set_flat_params(self.model, p.to(self.device))
-            parts.append(evaluate_model(self.model, [self.data[k]]))
+            parts.append(evaluate_model(self.model, [self.data[k]], self.validation))
         return merge_evaluations(parts)

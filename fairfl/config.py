@@ -68,6 +68,8 @@ class ExperimentConfig:
     device: str = option("cpu", doc="'auto', 'cpu', 'cuda' or 'cuda:N': where clients train and evaluate")
     averaged_iterate: bool = option(False, doc="also score w̄_T = (1/T)·Σ_{t=1..T} w_t, the average of the global "
                                                 "models after rounds 1..T, at every evaluation (History.avg_*)")
+    track_validation: bool = option(False, doc="also score every client's validation split at each evaluation "
+                                               "(History.val_acc / val_loss): what a tuning protocol selects on")
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
@@ -112,6 +114,9 @@ class ExperimentConfig:
         if split is not None and split[2] == 0:
             raise ConfigError(f"partition: split={split} gives the clients no test data, so every accuracy would "
                               "be NaN; give the test share a positive fraction")
+        if self.track_validation and (split is None or split[1] == 0):
+            raise ConfigError(f"track_validation=True, but partition: split={split} gives the clients no validation "
+                              "data; give the validation share a positive fraction, e.g. split=(0.8, 0.1, 0.1)")
         if self.partition.reading != "true" and self.dataset != "adult":
             raise ConfigError(f"partition: reading={self.partition.reading!r} is FedMGDA+'s released code's reading of "
                               f"Adult's PhD / non-PhD split; it is not defined for dataset {self.dataset!r}")
@@ -211,7 +216,7 @@ class ExperimentConfig:
 # Settings added after results were cached under CACHE_VERSION 5: written into the canonical form
 # (and the key) only when they differ from their default, so that every earlier key still names
 # the same result.
-_ADDED_AFTER_V5 = {("partition", "reading"): "true", ("averaged_iterate",): False}
+_ADDED_AFTER_V5 = {("partition", "reading"): "true", ("averaged_iterate",): False, ("track_validation",): False}
 
 
 def _canonical_device(spec: Any) -> str:

@@ -504,6 +504,9 @@ def run_simulation(*configs: ExperimentConfig, num_cpus: int | None = None, clie
             # share GPUs by fractions are not what this path was built or tested for
             raise ConfigError(f"{c.label()}: device={c.device!r}, but the Flower simulation trains on the CPU; run "
                               f"it with device='cpu', or on a GPU with fairfl.simulate / fairfl.sweep")
+        if c.track_validation:
+            raise ConfigError(f"{c.label()}: track_validation=True, but Flower's evaluation does not carry the "
+                              "validation scores yet; run it with fairfl.simulate / fairfl.sweep")
         if c.partition.federation_size != first.partition.federation_size:
             raise ConfigError(f"one Flower simulation has one node per client: every config needs the same number "
                               f"of clients ({first.label()}: {first.partition.federation_size}, "

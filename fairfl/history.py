@@ -44,6 +44,10 @@ class History:
     avg_test_acc: list[list] = field(default_factory=list)
     avg_test_loss: list[list] = field(default_factory=list)
     avg_train_loss: list = field(default_factory=list)
+    # With config.track_validation: per-client accuracy and loss on the validation splits, at every
+    # evaluation — what a tuning protocol selects on, never the test split
+    val_acc: list[list] = field(default_factory=list)
+    val_loss: list[list] = field(default_factory=list)
 
     # -- views
     @property
@@ -62,6 +66,13 @@ class History:
         if not self.avg_test_acc:
             raise ValueError("this run did not score the averaged iterate: run it with averaged_iterate=True")
         return np.asarray(self.avg_test_acc, dtype=np.float64)
+
+    def validation_acc(self) -> np.ndarray:
+        """(evaluations, clients) accuracy on the clients' validation splits: what a tuning protocol
+        may select on (``fairfl.protocol``)."""
+        if not self.val_acc:
+            raise ValueError("this run did not score the validation splits: run it with track_validation=True")
+        return np.asarray(self.val_acc, dtype=np.float64)
 
     def mean_acc(self) -> np.ndarray:
         """Average client test accuracy per evaluation (per objective: (evaluations, S))."""
@@ -102,6 +113,9 @@ class History:
         self.test_acc.append(ev.test_acc)
         self.test_loss.append(ev.test_loss)
         self.train_loss.append(ev.train_loss)
+        if getattr(ev, "val_acc", None) is not None:
+            self.val_acc.append(ev.val_acc)
+            self.val_loss.append(ev.val_loss)
 
     def record_averaged(self, ev) -> None:
         """The averaged iterate's evaluation at the round :meth:`record` was last called with."""

@@ -31,7 +31,7 @@ from .client import ClientRuntime, Evaluation, flat_params
 from .config import ExperimentConfig
 from .data import load_dataset
 from .engine import RUN_THREADS, Lockstep, Trainer, cpu_kernels, resolve_device, run_threads  # noqa: F401 (cpu_kernels: read from here)
-from .errors import TrainingDivergedError
+from .errors import ConfigError, TrainingDivergedError
 from .history import History, RunState, load_checkpoint, save_checkpoint
 from .server import record_round, server_half
 from .models import build_model
@@ -174,6 +174,11 @@ def _simulate(config: ExperimentConfig, device: torch.device, checkpoint_dir: Pa
                         **dict(config.model_options))
     w = flat_params(model)                       # the global model lives on the CPU, with the server rule
     clients = ClientRuntime(model.to(device), fed.clients, config.seed, config.batched, trainer)
+    if config.track_validation:
+        if ds.num_tasks > 1:
+            raise ConfigError(f"{config.label()}: track_validation scores single-task models; {config.dataset} has "
+                              f"{ds.num_tasks} objectives")
+        clients.validation = True
     optimizer = algo.server_optimizer()
     base = Context(rounds=config.rounds, seed=config.seed, local=config.local, num_clients=fed.num_clients,
                    num_sampled=config.num_sampled, eligible=config.eligible_clients, forced=forced,

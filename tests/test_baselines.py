@@ -646,3 +646,18 @@ def test_hessian_batch_reaches_the_products_and_all_rows_is_the_default(name):
     small = simulate(ADULT.replace(algorithm={"name": name, **mode, "hessian_batch": 64}), progress=False)
     every = simulate(ADULT.replace(algorithm={"name": name, **mode, "hessian_batch": 10 ** 7}), progress=False)
     assert small.info != plain.info and every.info == plain.info and every.train_loss == plain.train_loss
+
+
+def test_a_non_finite_gradient_names_its_round_and_the_servers_step():
+    """A second-order method's gradient at a global model that left the finite region is reported as
+    that, in the round it happened (it read "round 0: local training ... lower the learning rate"
+    whatever the round)."""
+    from fairfl.client import gradients
+    from fairfl.errors import TrainingDivergedError
+    from fairfl.models import build_model
+    from fairfl.partition import Client
+    model = build_model("mlp2", (4,), 2, hidden=(3,))
+    x, y = torch.randn(6, 4), torch.randint(0, 2, (6,))
+    point = torch.full((sum(p.numel() for p in model.parameters()),), float("inf"))
+    with pytest.raises(TrainingDivergedError, match=r"round 7: the gradient of client\(s\) \[0\] at the global model"):
+        gradients(model, point, [Client(x, y, x[:0], y[:0], x[:0], y[:0])], [0], round_=7)
