@@ -208,8 +208,8 @@ class Sweep:
         """One row per value of ``by``: how many runs (seeds) it averages, then each metric's mean
         over ``over`` (the seeds) under the metric's own name, each followed by
         "<metric> ± over seeds", its std over the seeds (ddof 0). One flat header row; the ±
-        columns only where some row has more than one seed (a single seed has no spread to show,
-        and a column of 0.0 reads as a measured one)."""
+        columns only where some row has more than one seed, and NaN in a row of one seed (a single
+        seed has no spread to show, and 0.0 reads as a measured one)."""
         by = [by] if isinstance(by, str) else list(by)
         df = self.frame(**metrics).drop(columns=[over], errors="ignore")
         value_columns = [c for c in df.columns if c not in self.factors]
@@ -220,7 +220,7 @@ class Sweep:
         for c in value_columns:
             out[c] = groups[c].mean()
             if spread:
-                out[f"{c} ± over {counted}"] = groups[c].agg(lambda v: v.std(ddof=0))
+                out[f"{c} ± over {counted}"] = groups[c].agg(lambda v: v.std(ddof=0) if len(v) > 1 else np.nan)
         return out
 
 

@@ -77,21 +77,31 @@ FMOL_TABLE2 = _frame(["setting", "K", "L", "R"], [
 ])
 
 # DQN-Fed Table 6, Shakespeare setup 1 (31 speaking roles, all participating, E = 1, 500 rounds,
-# 5 seeds): mean client test accuracy %, std, worst 10 %, best 10 %.
+# 5 seeds): mean client test accuracy %, std, worst 10 %, best 10 %. FedHEAL has no row in Table 6.
 DQNFED_TABLE6_SETUP1 = _frame(["method", "mean", "std", "worst", "best"], [
     ("FedAvg", 53.21, 9.25, 51.01, 58.41),
     ("q-FFL", 53.90, 7.52, 51.52, 58.47),
     ("FedMGDA", 53.08, 8.14, 52.84, 58.51),
+    ("FedLF", 54.58, 8.44, 52.87, 59.84),
+    ("TERM", 54.16, 8.21, 52.09, 59.15),
+    ("Ditto", 60.74, 8.32, 53.57, 64.92),
+    ("FedNL", 60.25, 8.24, 53.15, 64.15),
+    ("FedNew", 60.59, 7.55, 53.18, 64.09),
     ("DQN-Fed", 61.65, 6.55, 53.79, 64.86),
 ])
 
 # DQN-Fed Table 1, CIFAR-10 setup 1 (200 label shards over 100 clients, 2-hidden-layer MLP, E = 1,
 # b = 64, η = 0.1, 2000 rounds, 10 % sampled; 5 seeds): mean, std, worst 5 %, best 5 % of client
-# test accuracy.
+# test accuracy. FedLF has no row in Table 1.
 DQNFED_TABLE1_SETUP1 = _frame(["method", "mean", "std", "worst", "best"], [
     ("FedAvg", 46.85, 3.54, 19.84, 69.28),
     ("q-FFL", 46.30, 3.27, 23.39, 68.02),
     ("FedMGDA", 45.34, 3.37, 24.00, 68.51),
+    ("FedHEAL", 46.40, 3.61, 19.33, 69.30),
+    ("TERM", 47.11, 3.66, 28.21, 69.51),
+    ("Ditto", 46.31, 3.44, 27.14, 68.44),
+    ("FedNL", 47.33, 3.92, 24.41, 69.52),
+    ("FedNew", 47.51, 3.68, 25.77, 69.74),
     ("DQN-Fed", 47.72, 3.20, 29.34, 69.37),
 ])
 
@@ -197,7 +207,8 @@ def _dqnfed_method(algorithm: dict) -> str | None:
     name = algorithm.get("name")
     if name == "dqnfed" and algorithm.get("step") == "eq17":
         return "DQN-Fed"
-    return {"fedavg": "FedAvg", "qfedavg": "q-FFL", "fedmgda": "FedMGDA", "fedmgda_plus": "FedMGDA"}.get(name)
+    return {"fedavg": "FedAvg", "qfedavg": "q-FFL", "fedmgda": "FedMGDA", "fedmgda_plus": "FedMGDA", "term": "TERM",
+            "ditto": "Ditto", "fedlf": "FedLF", "fedheal": "FedHEAL", "fednl": "FedNL", "fednew": "FedNew"}.get(name)
 
 
 def reported(config: dict) -> tuple[str, dict[str, float], float] | None:

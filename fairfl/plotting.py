@@ -107,17 +107,23 @@ def partitions(counts: dict[str, np.ndarray], class_names: Sequence[str] = (), t
     return fig
 
 
+def series_style(i: int) -> dict[str, str]:
+    """The colour and line style of the i-th series: the ten colours of the cycle, then again dashed,
+    then dotted, so that no two of up to 30 series look alike."""
+    return {"color": f"C{i % 10}", "linestyle": ("-", "--", ":")[min(i // 10, 2)]}
+
+
 def curves(histories: dict[str, Sequence[History]], metric: str = "mean_acc", ax=None,
            logy: bool = False, band: str = "std"):
     """Mean over seeds ± a band (std or min–max) of a per-evaluation metric against rounds.
     ``metric``: "mean_acc" (average user test accuracy, in %) or "train_loss"."""
     ax = ax or plt.gca()
-    for label, runs in histories.items():
+    for i, (label, runs) in enumerate(histories.items()):
         rounds = np.asarray(runs[0].eval_rounds)
         ys = np.stack([100 * r.mean_acc() if metric == "mean_acc" else np.asarray(r.train_loss) for r in runs])
         mu = ys.mean(0)
         lo, hi = ((mu - ys.std(0), mu + ys.std(0)) if band == "std" else (ys.min(0), ys.max(0)))
-        line, = ax.plot(rounds, mu, label=label)
+        line, = ax.plot(rounds, mu, label=label, **series_style(i))
         if len(runs) > 1:
             ax.fill_between(rounds, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     ax.set_xlabel("round")
@@ -288,10 +294,10 @@ def improved_share(runs: dict[str, Sequence[History]], ax=None, window: int = 1)
     """Share of improved participants per round (%, DQN-Fed eq. 29), mean over runs, as a moving
     average over ``window`` rounds."""
     ax = ax or plt.gca()
-    for m, hs in runs.items():
+    for i, (m, hs) in enumerate(runs.items()):
         share = 100 * np.stack([np.asarray(h.round_improved, float) for h in hs]).mean(0)
         smooth = np.convolve(share, np.ones(window) / window, mode="valid")
-        ax.plot(np.arange(len(smooth)) + window, smooth, label=m)
+        ax.plot(np.arange(len(smooth)) + window, smooth, label=m, **series_style(i))
     ax.set_xlabel("round")
     round_axis(ax)
     ax.set_ylabel("improved participants (%)")
@@ -302,13 +308,18 @@ def improved_share(runs: dict[str, Sequence[History]], ax=None, window: int = 1)
 def convergence(runs: dict[str, Sequence[History]], title: str) -> matplotlib.figure.Figure:
     """Average client test accuracy (mean ± std over seeds) and the share of improved
     participants per round (DQN-Fed Fig. 1 and 3)."""
-    fig, axes = plt.subplots(1, 2, figsize=(15, 4.8), layout="constrained")
+    columns = min(len(runs), 5)
+    fig, axes = plt.subplots(1, 2, figsize=(15, 4.8 + 0.3 * -(-len(runs) // columns)), layout="constrained")
     curves(runs, "mean_acc", ax=axes[0])
     axes[0].set_title("average client test accuracy")
     rounds = max(h.rounds_done for hs in runs.values() for h in hs)
     window = max(1, rounds // 30)
     improved_share(runs, axes[1], window)
     axes[1].set_title(f"participants whose loss did not rise (eq. 29, Fig. 3), {window}-round moving average")
+    # one legend for both panels, below them: inside, a dozen entries hide the curves
+    for ax in axes:
+        ax.get_legend().remove()
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=columns)
     fig.suptitle(title)
     return fig
 

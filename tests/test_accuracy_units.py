@@ -73,3 +73,15 @@ def test_summary_has_one_flat_header_and_a_spread_only_over_several_seeds(cache)
     assert list(one["seeds"]) == [1, 1]
     assert not [c for c in one.columns if "±" in c], list(one.columns)
     assert not isinstance(one.columns, pd.MultiIndex) and "mean acc (%)" in one.columns
+
+
+def test_a_row_of_one_seed_shows_no_spread_beside_rows_of_several(cache):
+    """A method run on fewer seeds (notebook 04's FedNL and FedNew in quick) has NaN, not 0.0, in the ±
+    columns."""
+    _, sweep = cache
+    mixed = sweep.select(method="FedAvg") + sweep.select(method=[m for m in sweep.values("method") if m != "FedAvg"][0],
+                                                        seed=0)
+    table = mixed.summary("method", fairness=client_fairness)
+    assert list(table["seeds"]) == [2, 1]
+    spread = table["mean acc (%) ± over seeds"]
+    assert np.isfinite(spread.iloc[0]) and np.isnan(spread.iloc[1])

@@ -144,3 +144,19 @@ def test_partition_heatmaps_are_readable_in_a_notebook_column(style):
     assert not overlapping(fig), overlapping(fig)
     assert not over_other_panels(fig), over_other_panels(fig)
     assert not cut_off(fig), cut_off(fig)
+
+
+def test_thirteen_methods_in_the_convergence_figure_look_different_and_hide_no_curve(style):
+    """Notebook 04 plots 13 methods: the colour cycle has ten, so the eleventh looked exactly like
+    the first; and a legend of 13 entries inside the panels covered the curves. Every series now
+    has its own (colour, line style), and one legend below the panels overlaps neither panel."""
+    runs = {f"method {i}": [_history(30, 0.5 + 0.03 * i, 2.0, i)] for i in range(13)}
+    fig = plotting.convergence(runs, "thirteen methods")
+    for ax in fig.axes:
+        styles = [(line.get_color(), line.get_linestyle()) for line in ax.get_lines()]
+        assert len(styles) == 13 and len(set(styles)) == 13, styles
+        assert ax.get_legend() is None
+    assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == 13
+    assert not over_other_panels(fig), over_other_panels(fig)
+    assert not overlapping(fig), overlapping(fig)
+    assert not cut_off(fig), cut_off(fig)
