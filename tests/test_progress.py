@@ -84,6 +84,10 @@ from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
 from fairfl.sweeps import ProcessBackend, SweepInterrupted, run_many
 
 if __name__ == "__main__":
+    import signal
+    # as a terminal starts it: Ctrl-C raises KeyboardInterrupt here even where the test's own process was
+    # started with SIGINT ignored (an ignored signal is inherited through exec, and Python then leaves it so)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     cfg = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)}, model="mlp2",
                            partition=PartitionSpec("shards", num_clients=10, shards_per_client=2),
                            local=LocalTraining(epochs=2, batch_size=20, lr=0.05), rounds=int(sys.argv[2]),
