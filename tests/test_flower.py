@@ -48,10 +48,12 @@ ALGORITHMS = {
     "term": {"name": "term", "t": 2.0},
     "ditto": {"name": "ditto", "lam": 0.5},
     # DQN-Fed's baselines: FedHEAL keeps its masks on the clients, FedLF reads the layout, FedNew
-    # sends each client its dual (ρ large enough for this MLP's conjugate-gradient reading)
+    # sends each client its dual (ρ large enough for this MLP's conjugate-gradient reading), FedNL
+    # learns each client's diagonal Hessian on the client (μ as notebook 04's, on a Hessian subsample)
     "fedheal": "fedheal",
     "fedlf": "fedlf",
     "fednew": {"name": "fednew", "rho": 100.0},
+    "fednl": {"name": "fednl", "mu": 10.0, "hessian_batch": 20},
 }
 CONFIGS = {name: BASE.replace(algorithm=spec) for name, spec in ALGORITHMS.items()}
 # FMOL on two-task MultiMNIST over the same six nodes: two local full-batch steps per objective,
