@@ -186,6 +186,10 @@ class Context:
         return sample_clients(self.seed, self.round, self.num_clients, self.num_sampled, self.eligible, self.forced)
 
 
+# the dtypes a second-order method may take its Hessian-vector products in (its ``products`` option)
+PRODUCT_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
 def hessian_rows(clients, ids: Sequence[int], ctx: Context, purpose: int,
                  size: int | None) -> list[torch.Tensor | None] | None:
     """The fixed Hessian subsample of each client in ``ids`` (:meth:`Context.fixed_rows`), for

@@ -53,11 +53,11 @@ import torch
 
 from ..errors import ConfigError
 from ..messages import Aggregate, ClientUpdates
-from .base import Algorithm, Context, ParamLayout, RoundPlan, ServerStep, hessian_rows, option, register
+from .base import (PRODUCT_DTYPES, Algorithm, Context, ParamLayout, RoundPlan, ServerStep, hessian_rows,
+                   option, register)
 
 MODES = ("auto", "full", "cg")
 ROWS_STREAM = 0x4E3           # a client's fixed Hessian subsample (hessian_batch; purpose of ctx.rng)
-PRECISIONS = {"float32": torch.float32, "float64": torch.float64}
 
 
 def conjugate_gradient(apply: Callable[[torch.Tensor], torch.Tensor], b: torch.Tensor, x0: torch.Tensor,
@@ -134,7 +134,7 @@ class FedNew(ServerStep, Algorithm):
     max_full_d: int = option(2000, low=1, doc="the largest d of the dense reading under hessian_mode='auto'")
     cg_iters: int = option(10, low=1, doc="CG iterations per client and round (cg)")
     cg_tol: float = option(1e-3, low=0.0, doc="CG's relative residual (cg)")
-    products: str = option("float32", choices=tuple(PRECISIONS),
+    products: str = option("float32", choices=tuple(PRODUCT_DTYPES),
                            doc="dtype of the Hessian-vector products (cg; CG itself runs in float64); float32 is "
                                "2.6× faster on a CPU")
     hessian_batch: int | None = option(None, low=1, doc="products on this many of a client's training samples, "
@@ -185,8 +185,9 @@ class FedNew(ServerStep, Algorithm):
             start = torch.stack([torch.zeros_like(w, dtype=torch.float64) if own is None else own.y for own in owns])
             # negative curvature before the first step: the solution with Hᵢ left out, (cI)⁻¹ rhs
             rows = hessian_rows(clients, ids, ctx, ROWS_STREAM, self.hessian_batch)
-            y, steps, negative = conjugate_gradient(lambda v: clients.hvp(refs, ids, v, dtype=PRECISIONS[self.products],
-                                                                          rows=rows).double() + c * v,
+            dtype = PRODUCT_DTYPES[self.products]
+            y, steps, negative = conjugate_gradient(lambda v: clients.hvp(refs, ids, v, dtype=dtype, rows=rows).double()
+                                                    + c * v,
                                                     rhs, start, self.cg_iters, self.cg_tol, rhs / c)
             info = {"cg_steps": steps.double(), "cg_negative": negative.double()}
         for r, k in enumerate(ids):

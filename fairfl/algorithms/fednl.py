@@ -55,13 +55,13 @@ import torch
 
 from ..errors import ConfigError
 from ..messages import Aggregate, ClientUpdates
-from .base import Algorithm, Context, ParamLayout, RoundPlan, ServerStep, hessian_rows, option, register
+from .base import (PRODUCT_DTYPES, Algorithm, Context, ParamLayout, RoundPlan, ServerStep, hessian_rows,
+                   option, register)
 
 PROBES_STREAM = 0x4E1         # the Hutchinson probes of a round's client (purpose of ctx.rng)
 ROWS_STREAM = 0x4E2           # a client's fixed Hessian subsample (hessian_batch)
 MODES = ("auto", "full", "diag")
 COMPRESSORS = ("auto", "rank", "topk", "identity")
-PRECISIONS = {"float32": torch.float32, "float64": torch.float64}
 INITS = ("hessian", "zero")
 
 
@@ -148,7 +148,7 @@ class FedNL(ServerStep, Algorithm):
     hessian_mode: str = option("auto", choices=MODES, doc="auto: full when d ≤ max_full_d, else diag")
     max_full_d: int = option(2000, low=1, doc="the largest d of the dense reading under hessian_mode='auto'")
     probes: int = option(1, low=1, doc="Hutchinson probes per client and round (diag)")
-    products: str = option("float32", choices=tuple(PRECISIONS),
+    products: str = option("float32", choices=tuple(PRODUCT_DTYPES),
                            doc="dtype of the Hessian-vector products (diag); float32 is 2.6× faster on a CPU")
     hessian_batch: int | None = option(None, low=1, doc="products on this many of a client's training samples, "
                                                         "fixed per run (diag; None: all of them)")
@@ -185,7 +185,8 @@ class FedNL(ServerStep, Algorithm):
         mode, (alpha, _) = self.mode(w.numel()), self.rates(w.numel())
         grads = clients.gradients(w, ids).double()
         exact = (clients.hessian(w, ids) if mode == "full"
-                 else hutchinson_diagonal(clients, w.double(), ids, self.probes, ctx, PRECISIONS[self.products],
+                 else hutchinson_diagonal(clients, w.double(), ids, self.probes, ctx,
+                                           PRODUCT_DTYPES[self.products],
                                            hessian_rows(clients, ids, ctx, ROWS_STREAM, self.hessian_batch)))
         S, first, ls = torch.zeros_like(exact), torch.zeros_like(exact), torch.zeros(len(ids), dtype=torch.float64)
         new = torch.zeros(len(ids))
