@@ -114,9 +114,10 @@ class ExperimentConfig:
         if split is not None and split[2] == 0:
             raise ConfigError(f"partition: split={split} gives the clients no test data, so every accuracy would "
                               "be NaN; give the test share a positive fraction")
-        if self.track_validation and (split is None or split[1] == 0):
+        if self.track_validation and (split[1] == 0 if split is not None else not self.partition.val_fraction):
             raise ConfigError(f"track_validation=True, but partition: split={split} gives the clients no validation "
-                              "data; give the validation share a positive fraction, e.g. split=(0.8, 0.1, 0.1)")
+                              "data; give the validation share a positive fraction, e.g. split=(0.8, 0.1, 0.1), or "
+                              "with split=None hold some training rows out, e.g. val_fraction=0.1")
         if self.partition.reading != "true" and self.dataset != "adult":
             raise ConfigError(f"partition: reading={self.partition.reading!r} is FedMGDA+'s released code's reading of "
                               f"Adult's PhD / non-PhD split; it is not defined for dataset {self.dataset!r}")
@@ -216,7 +217,8 @@ class ExperimentConfig:
 # Settings added after results were cached under CACHE_VERSION 5: written into the canonical form
 # (and the key) only when they differ from their default, so that every earlier key still names
 # the same result.
-_ADDED_AFTER_V5 = {("partition", "reading"): "true", ("averaged_iterate",): False, ("track_validation",): False}
+_ADDED_AFTER_V5 = {("partition", "reading"): "true", ("averaged_iterate",): False, ("track_validation",): False,
+                   ("partition", "val_fraction"): 0.0}
 
 
 def _canonical_device(spec: Any) -> str:

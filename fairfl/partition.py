@@ -264,7 +264,11 @@ class PartitionSpec:
     (watml/Fed-MGDA c8d8586) actually uses: because of an off-by-one bug (``adult/sampling.py``
     l.63 numbers rows from 1, ``adult/update.py`` l.25 indexes from 0) every client trains on the
     row after each of its rows, and only the first 80 % of them (update.py l.45). It reproduces
-    the paper's Table 7 "trained on PhD only" baseline; ``"true"`` is the correct split."""
+    the paper's Table 7 "trained on PhD only" baseline; ``"true"`` is the correct split.
+
+    ``val_fraction`` (with ``split=None`` only) holds that share of each client's training rows out
+    as its validation split, drawn with ``seed``, while the test stays the standard test file's:
+    the papers' settings with a validation split to tune on (notebook 06)."""
 
     scheme: str = option("iid", choices=SCHEMES)
     num_clients: int = option(100, low=1)
@@ -278,6 +282,8 @@ class PartitionSpec:
     label_column: int = option(0, low=0)
     pooled: bool = option(False)
     reading: str = option("true", choices=READINGS, doc="'official-code': Adult's rows as FedMGDA+'s code reads them")
+    val_fraction: float = option(0.0, low=0.0, high=1.0, high_open=True,
+                                 doc="with split=None: the share of each client's training rows held out for validation")
 
     def __post_init__(self) -> None:
         validate_options(self, "partition")
@@ -301,6 +307,12 @@ class PartitionSpec:
         elif self.scheme not in ("one_class", "attribute"):
             raise ConfigError("partition: split=None (test from the standard test file) needs scheme "
                               "'one_class' or 'attribute', whose groups exist in the test file")
+        if self.val_fraction and self.split is not None:
+            raise ConfigError(f"partition: val_fraction={self.val_fraction} applies to split=None (test from the "
+                              f"standard test file); with split={self.split} the validation share is its middle fraction")
+        if self.val_fraction and self.reading != "true":
+            raise ConfigError("partition: val_fraction takes rows out of the training share that "
+                              f"reading={self.reading!r} fixes; use it with reading='true'")
         if self.scheme == "one_class" and not self.classes:
             raise ConfigError("partition: scheme 'one_class' needs classes=(...), one per client")
         if self.scheme == "one_class" and len(self.classes) != self.num_clients:
@@ -421,12 +433,17 @@ def _federate(ds: ArrayDataset, spec: PartitionSpec) -> FederatedData:
         if test_groups is None:
             raise ConfigError(f"dataset {ds.name!r} has no test-file groups")
         empty = np.array([], dtype=np.int64)
+        train_parts = []
         for idx, v in zip(parts, test_values):
             t = torch.from_numpy(np.flatnonzero(test_groups == v))
-            i = torch.from_numpy(idx)
-            clients.append(Client(ds.x_train[i], ds.y_train[i], ds.x_train[empty], ds.y_train[empty],
+            # the validation rows are drawn only when asked for, so that every earlier partition is unchanged
+            tr, va = (split_client(idx, (1 - spec.val_fraction, spec.val_fraction), split_rng)
+                      if spec.val_fraction else (idx, empty))
+            train_parts.append(tr)
+            i, j = torch.from_numpy(tr), torch.from_numpy(va)
+            clients.append(Client(ds.x_train[i], ds.y_train[i], ds.x_train[j], ds.y_train[j],
                                   ds.x_test[t], ds.y_test[t]))
-        return FederatedData(ds, spec, clients, parts)
+        return FederatedData(ds, spec, clients, train_parts)
     in_order = spec.scheme == "natural" and ds.sequential
     train_parts = []
     for idx in parts:

@@ -76,6 +76,32 @@ def test_a_config_without_validation_data_is_refused_before_any_data_is_read():
                                             split=(0.9, 0.0, 0.1))).validate()
 
 
+def test_val_fraction_holds_training_rows_out_and_keeps_the_standard_test_file(fmnist):
+    """The papers' settings that test on the standard test file (q-FFL's three clients, Adult's
+    domains) get a validation split from their training rows; the test data and every earlier
+    partition stay as they were."""
+    from fairfl.partition import federate
+    plain = PartitionSpec("one_class", num_clients=3, classes=(0, 1, 2), split=None)
+    held = PartitionSpec("one_class", num_clients=3, classes=(0, 1, 2), split=None, val_fraction=0.1)
+    a, b = federate(fmnist, plain), federate(fmnist, held)
+    for ca, cb, ia, ib in zip(a.clients, b.clients, a.train_indices, b.train_indices):
+        assert len(ca.y_val) == 0 and len(cb.y_val) == round(0.1 * ca.num_train)
+        assert torch.equal(ca.x_test, cb.x_test) and torch.equal(ca.y_test, cb.y_test)
+        # train and validation rows are disjoint and together the client's whole training share
+        val_rows = np.setdiff1d(ia, ib)
+        assert len(np.intersect1d(ib, val_rows)) == 0 and len(ib) + len(val_rows) == len(ia)
+        assert torch.equal(torch.sort(cb.x_val.flatten(1), dim=0).values,
+                           torch.sort(fmnist.x_train[torch.from_numpy(val_rows)].flatten(1), dim=0).values)
+    assert all(torch.equal(x.x_val, y.x_val) for x, y in zip(b.clients, federate(fmnist, held).clients))
+    cfg = ExperimentConfig(dataset="fashion_mnist", partition=plain)
+    assert "val_fraction" not in cfg.to_dict()["partition"]
+    assert cfg.replace(partition=held, track_validation=True).validate().key() != cfg.key()
+    with pytest.raises(ConfigError, match="val_fraction=0.1 applies to split=None"):
+        PartitionSpec("shards", num_clients=6, val_fraction=0.1)
+    with pytest.raises(ConfigError, match="val_fraction"):
+        PartitionSpec("one_class", num_clients=3, classes=(0, 1, 2), split=None, val_fraction=1.0)
+
+
 def test_a_multi_objective_run_refuses_validation_scores(tmp_path):
     from fairfl.paper import fmol_config
     cfg = fmol_config(K=1).replace(rounds=1, eval_every=1, track_validation=True)
