@@ -171,6 +171,41 @@ def final_vs(series: dict[str, dict[Any, Sequence[float]]], ax=None, xlabel: str
     return ax
 
 
+def accuracy_vs_fairness(table, x: str = "mean", y: str = "worst10", ax=None, xlabel: str = "", ylabel: str = "",
+                         off_front: Sequence[str] = ()):
+    """One point per method: metric ``y`` against metric ``x`` of a :func:`fairfl.protocol.compare`
+    table (one row per method and metric, with ``mean``, ``low``, ``high``), with the seed intervals
+    as error bars in both directions and the Pareto front of the means drawn through its members (a
+    dashed line), which are named beside their points; the first ten methods are circles, the next
+    squares, with :func:`series_style`'s colours. σ ("std") is better lower, every other metric higher.
+    The methods in ``off_front`` (a personalised method scored at its clients' own models) are drawn
+    hollow and neither join nor bound the front."""
+    from .protocol import pareto_front
+    ax = ax or plt.gca()
+    wide = {m: table[table.metric == m].set_index("method") for m in (x, y)}
+    methods = [m for m in wide[x].index if m in wide[y].index]
+    xs, ys = (np.array([wide[k].loc[m, "mean"] for m in methods], dtype=np.float64) for k in (x, y))
+    on = np.array([m not in off_front for m in methods], dtype=bool)
+    front = np.zeros(len(methods), dtype=bool)
+    if on.any():
+        front[on] = pareto_front(xs[on], ys[on], maximise=(x != "std", y != "std"))
+    for i, m in enumerate(methods):
+        err = lambda k, v: [[max(0.0, v - wide[k].loc[m, "low"])], [max(0.0, wide[k].loc[m, "high"] - v)]] \
+            if np.isfinite(wide[k].loc[m, "low"]) else None
+        style = series_style(i)
+        ax.errorbar(xs[i], ys[i], xerr=err(x, xs[i]), yerr=err(y, ys[i]), color=style["color"],
+                    marker="osD"[min(i // 10, 2)], capsize=3, linestyle="none", label=m,
+                    markerfacecolor=style["color"] if on[i] else "none")
+        if front[i]:      # only the front is named on the axes (names of clustered points would overlap): the legend has all
+            ax.annotate(m, (xs[i], ys[i]), textcoords="offset points", xytext=(4, 3), fontsize=8, fontweight="bold")
+    order = np.argsort(xs[front])
+    ax.plot(xs[front][order], ys[front][order], color="0.3", linestyle="--", linewidth=1, zorder=0,
+            label="Pareto front")
+    ax.set_xlabel(xlabel or x)
+    ax.set_ylabel(ylabel or y)
+    return ax
+
+
 def accuracy_distribution(final_acc: dict[str, np.ndarray], ax=None):
     """Distribution of the clients' final test accuracies, one violin + strip per method, in %.
     ``final_acc``: {method: accuracies as fractions}, as ``History.final_acc()`` gives them."""

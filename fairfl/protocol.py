@@ -101,17 +101,48 @@ def compare(runs: Mapping[str, Mapping[int, History]], reference: str, level: fl
     rows = []
     for method, by_seed in numbers.items():
         for metric in REPORTED:
-            values = [v[metric] for v in by_seed.values()]
-            mean, lo, hi = metrics.seed_interval(values, level)
-            shared = sorted(set(by_seed) & set(numbers[reference]))
-            row = {"method": method, "metric": metric, "seeds": len(values), "mean": mean, "low": lo, "high": hi}
+            mean, lo, hi = metrics.seed_interval([v[metric] for v in by_seed.values()], level)
+            row = {"method": method, "metric": metric, "seeds": len(by_seed), "mean": mean, "low": lo, "high": hi}
             if method != reference:
-                diff = [by_seed[s][metric] - numbers[reference][s][metric] for s in shared]
-                d, dlo, dhi = metrics.seed_interval(diff, level) if diff else (math.nan,) * 3
-                row.update(paired_seeds=len(shared), difference=d, difference_low=dlo, difference_high=dhi,
-                           resolved=_verdict(dlo, dhi, lower_is_better=metric == "std"))
+                row.update(_paired(by_seed, numbers[reference], metric, level))
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def paired(runs: Mapping[str, Mapping[int, History]], method: str, other: str, metric: str,
+           level: float = 0.95) -> dict[str, Any]:
+    """``method`` against ``other`` on one reported metric, paired by seed: the difference, its
+    interval and the verdict (``better`` / ``worse`` / ``tie`` / ``—``), as in :func:`compare`."""
+    if metric not in REPORTED:
+        raise ValueError(f"unknown metric {metric!r}; choose from {sorted(REPORTED)}")
+    for m in (method, other):
+        if m not in runs:
+            raise ValueError(f"{m!r} is not among the methods {sorted(runs)}")
+    numbers = [{s: reported(h) for s, h in runs[m].items()} for m in (method, other)]
+    return _paired(*numbers, metric, level)
+
+
+def _paired(a: Mapping[int, Mapping[str, float]], b: Mapping[int, Mapping[str, float]], metric: str,
+            level: float) -> dict[str, Any]:
+    shared = sorted(set(a) & set(b))
+    diff = [a[s][metric] - b[s][metric] for s in shared]
+    d, lo, hi = metrics.seed_interval(diff, level) if diff else (math.nan,) * 3
+    return {"paired_seeds": len(shared), "difference": d, "difference_low": lo, "difference_high": hi,
+            "resolved": _verdict(lo, hi, lower_is_better=metric == "std")}
+
+
+def wide(table: pd.DataFrame, digits: int = 1) -> pd.DataFrame:
+    """A :func:`compare` table to read: one row per method, one column per metric, each cell the
+    mean ± the interval's half-width, marked ▲ (better than the reference, resolved), ▼ (worse,
+    resolved) or = (a tie); the reference's row is unmarked."""
+    marks = {"better": " ▲", "worse": " ▼", "tie": " =", "—": ""}
+    cells: dict[str, dict[str, str]] = {}
+    for r in table.itertuples(index=False):
+        half = (r.high - r.low) / 2 if np.isfinite(r.low) else math.nan
+        text = f"{r.mean:.{digits}f}" + (f" ± {half:.{digits}f}" if np.isfinite(half) else "")
+        resolved = getattr(r, "resolved", None)
+        cells.setdefault(r.method, {})[r.metric] = text + (marks.get(resolved, "") if isinstance(resolved, str) else "")
+    return pd.DataFrame.from_dict(cells, orient="index")[[m for m in REPORTED if m in set(table.metric)]]
 
 
 def _verdict(lo: float, hi: float, lower_is_better: bool) -> str:

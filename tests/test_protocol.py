@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from fairfl.history import History
-from fairfl.protocol import ValidationView, compare, pareto_front, select, tidy, validation_score
+from fairfl.protocol import ValidationView, compare, paired, pareto_front, select, tidy, validation_score, wide
 
 
 def run(val, test=None, seed=0):
@@ -87,3 +87,49 @@ def test_tidy_names_the_federation_and_the_chosen_point():
     out = tidy("adult", compare({"FedAvg": ref}, "FedAvg"), {"FedAvg": "server_lr=1"})
     assert list(out.columns[:4]) == ["federation", "algorithm", "hyper_parameters", "metric"]
     assert set(out.federation) == {"adult"} and set(out.hyper_parameters) == {"server_lr=1"}
+
+
+def test_paired_compares_against_any_method_and_wide_marks_the_verdicts():
+    ref = {s: run([0.5 + 0.1 * s, 0.5 + 0.1 * s], seed=s) for s in range(3)}
+    gain = {s: run([0.55 + 0.1 * s, 0.45 + 0.1 * s], seed=s) for s in range(3)}     # same mean, σ +5 points
+    runs = {"A": ref, "B": gain}
+    table = compare(runs, reference="A")
+    row = table[(table.method == "B") & (table.metric == "std")].iloc[0]
+    assert paired(runs, "B", "A", "std") == {k: row[k] for k in ("paired_seeds", "difference", "difference_low",
+                                                                   "difference_high", "resolved")}
+    assert paired(runs, "B", "A", "std")["resolved"] == "worse"            # σ is better lower
+    assert paired(runs, "A", "B", "std")["resolved"] == "better"
+    assert paired(runs, "B", "A", "mean")["resolved"] == "tie"
+    with pytest.raises(ValueError, match="unknown metric 'median'"):
+        paired(runs, "B", "A", "median")
+    with pytest.raises(ValueError, match="'C' is not among the methods"):
+        paired(runs, "C", "A", "mean")
+    w = wide(table)
+    assert list(w.columns) == ["mean", "std", "worst10", "best10"] and list(w.index) == ["A", "B"]
+    assert w.loc["B", "std"] == "5.0 ± 0.0 ▼" and w.loc["B", "mean"].endswith(" =")
+    assert w.loc["A", "std"] == "0.0 ± 0.0"                                 # the reference is not marked
+    one_seed = wide(compare({"A": {0: ref[0]}, "B": {0: gain[0]}}, reference="A"))
+    assert one_seed.loc["B", "mean"] == "50.0"                              # no interval, no verdict
+
+
+def test_the_accuracy_fairness_plot_draws_the_front_of_the_global_models_only():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from fairfl.plotting import accuracy_vs_fairness
+
+    def runs_of(acc):
+        return {s: run([a + 0.01 * s for a in acc], seed=s) for s in range(3)}
+    runs = {"FedAvg": runs_of([0.9, 0.6]), "Fair": runs_of([0.72, 0.7]), "Worse": runs_of([0.7, 0.5]),
+            "Personal": runs_of([0.99, 0.98])}
+    table = compare(runs, reference="FedAvg")
+    fig, ax = plt.subplots()
+    accuracy_vs_fairness(table, "mean", "worst10", ax=ax, off_front=["Personal"])
+    line = [l for l in ax.get_lines() if l.get_label() == "Pareto front"][0]
+    # the front without the personalised method: FedAvg (mean 76, worst 61) and Fair (72, 71); Worse (61, 51) is
+    # dominated, and Personal (99.5, 99) would dominate them all
+    np.testing.assert_allclose(line.get_xdata(), [72.0, 76.0], atol=1e-9)
+    np.testing.assert_allclose(line.get_ydata(), [71.0, 61.0], atol=1e-9)
+    assert sorted(t.get_text() for t in ax.texts) == ["Fair", "FedAvg"]
+    fig.canvas.draw()
+    plt.close(fig)
