@@ -225,12 +225,18 @@ def plan_groups(configs: Sequence[ExperimentConfig], slots: int, max_group: int 
     """Indices of ``configs`` in lockstep groups: runs of one family together, each family cut into
     enough groups to keep ``slots`` workers busy (in proportion to its share of the runs) and none
     larger than ``max_group`` (default: :data:`MAX_GROUP` of the family's device); members dealt out
-    in turn so that the groups of a family cost alike. Largest groups first."""
+    in turn so that the groups of a family cost alike. A family that is not ``batched`` (the reference
+    loop, which fuses nothing) goes out as single runs. Largest groups first."""
     families: dict[str, list[int]] = {}
     for i, c in enumerate(configs):
         families.setdefault(_family(c), []).append(i)
     groups = []
     for members in families.values():
+        if not configs[members[0]].batched:
+            # nothing fuses in the reference loop, so a group would only train its runs one after another:
+            # single runs let the workers balance to the last run (a worker loads the data once, fairfl.loop)
+            groups += [[i] for i in members]
+            continue
         cap = max_group or MAX_GROUP[configs[members[0]].device_type]
         k = max(-(-len(members) // cap), round(slots * len(members) / max(1, len(configs))), 1)
         k = min(k, len(members))

@@ -145,3 +145,16 @@ def test_workers_end_when_their_parent_is_killed(fmnist, tmp_path, fairfl_env):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_runs_of_the_reference_loop_go_out_singly_and_fused_runs_in_lockstep_groups():
+    """Runs with batched=False fuse nothing, so a lockstep group would train them one after another
+    on one worker while the other waits (notebook 06's Shakespeare groups left a core idle for
+    minutes): they go out as single runs. Batched runs still share lockstep groups."""
+    from fairfl.sweeps import plan_groups
+    fused = [CFG.replace(seed=s) for s in range(6)]
+    reference = [CFG.replace(seed=s, batched=False) for s in range(5)]
+    groups = plan_groups(fused + reference, slots=2)
+    assert groups == [[0, 1, 2, 3, 4, 5], [6], [7], [8], [9], [10]]    # largest first
+    assert plan_groups(fused, slots=2) == [[0, 2, 4], [1, 3, 5]]
+    assert plan_groups(reference, slots=2) == [[0], [1], [2], [3], [4]]
