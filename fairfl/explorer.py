@@ -354,10 +354,15 @@ class Explorer:
                             frameon=False, borderaxespad=0, columnspacing=1.5, handlelength=1.5)
         if data["A"] is not None and data["B"] is not None and data["A"][1].size and data["B"][1].size:
             (xa, ya), (xb, yb) = data["A"], data["B"]
-            diff = np.nanmean(ya, 0) - np.interp(xa, xb, np.nanmean(yb, 0))
-            ax_diff.plot(xa, diff, color="C2")
+            # at the rounds both evaluated: runs of different horizons or evaluation steps (30 rounds beside 100)
+            # would otherwise compare A's end with B interpolated to a round B never evaluated
+            common, ia, ib = np.intersect1d(xa, xb, return_indices=True)
+            diff = np.nanmean(ya, 0)[ia] - np.nanmean(yb, 0)[ib]
+            ax_diff.plot(common, diff, color="C2", marker="o" if len(common) < 3 else None)
             ax_diff.axhline(0, color="0.5", linewidth=0.8)
-            lines.append(f"A − B at the end: {diff[-1]:+.4g}")
+            if len(common):
+                at = "the end" if common[-1] == xa[-1] == xb[-1] else f"round {common[-1]:g}, the last both evaluated"
+                lines.append(f"A − B at {at}: {diff[-1]:+.4g}")
         ax_diff.set_title("A − B (means over seeds)")
         ax_diff.set_xlabel("round")
         for ax in (ax_curve, ax_diff):

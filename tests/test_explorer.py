@@ -165,3 +165,20 @@ def test_the_seeds_offered_are_those_of_the_selections(root):
     assert seeds.options == (0, 1) and seeds.value == (0, 1)
     seeds.value = (1,)                                  # as a click does: the figure follows
     assert ex.chosen_seeds == [1] and len(ex.selected("A")) == 1 and ex.selected("B") == []
+
+
+def test_a_minus_b_compares_runs_of_different_horizons_at_a_round_both_evaluated(root):
+    """A trained 3 rounds, B 4 evaluated every 2 (notebook 06 puts federations of 30 and 100 rounds side
+    by side): A − B is taken at round 2, the last both evaluated, and says so, instead of A's end against
+    B interpolated to round 3, which B never evaluated. Broken variant caught: interpolating B at A's rounds."""
+    short, long_ = run_many([CFG.replace(seed=0, rounds=3), CFG.replace(seed=0, rounds=4, eval_every=2)], root=root,
+                            backend=SerialBackend(), progress=False)
+    ex = Sweep([dict(rounds=3, seed=0), dict(rounds=4, seed=0)], [short, long_]).explore(static=True)
+    ex.select("A", rounds=3)
+    ex.select("B", rounds=4)
+    ex.redraw()
+    expected = 100 * (short.mean_acc()[2] - long_.mean_acc()[1])                # both at round 2
+    assert f"A − B at round 2, the last both evaluated: {expected:+.4g}" in ex.summary
+    ex.select("A", rounds=4)
+    ex.redraw()
+    assert "A − B at the end: +0" in ex.summary
