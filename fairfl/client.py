@@ -17,6 +17,7 @@ run's device and hands back CPU tensors, so that server rules never meet a devic
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -298,13 +299,25 @@ def hessian_vector_products(model: nn.Module, point: torch.Tensor, data: Sequenc
     return out if many else out[:, 0]
 
 
+# torch.func.hessian is forward over reverse mode, and torch's forward-AD levels are process-wide, not
+# per thread: two threads computing Hessians at once (the runs of a lockstep group, each in its thread)
+# enter and leave each other's levels, and one fails with "Trying to access a forward AD level with an
+# invalid index" (FedNL and FedNew on Adult, two runs in one process). One Hessian at a time: the
+# computation itself is unchanged, so a run's bits are too (reverse over reverse would need no lock, but
+# rounds otherwise, and every cached FedNL/FedNew result would no longer be what its config computes).
+FORWARD_AD = threading.Lock()
+
+
 def hessians(model: nn.Module, point: torch.Tensor, data: Sequence[Client], clients: Sequence[int],
              dtype: torch.dtype | None = torch.float64, chunk: int = SECOND_ORDER_CHUNK) -> torch.Tensor:
     """(m, d, d) dense Hessians ∇²fₖ(point) (``torch.func.hessian``; float64 by default) — for a small
-    model only: d² numbers per client."""
+    model only: d² numbers per client. Thread-safe (:data:`FORWARD_AD`)."""
     points = _rows(point, len(clients))
-    return torch.stack(_second_order(model, points, data, clients, dtype,
-                                     lambda loss, p, r: torch.func.hessian(loss)(p.detach()), chunk))
+
+    def per_chunk(loss, p, r):
+        with FORWARD_AD:
+            return torch.func.hessian(loss)(p.detach())
+    return torch.stack(_second_order(model, points, data, clients, dtype, per_chunk, chunk))
 
 
 def train_objectives(model: nn.Module, global_flat: torch.Tensor, data: Sequence[Client], clients: Sequence[int],

@@ -661,3 +661,28 @@ def test_a_non_finite_gradient_names_its_round_and_the_servers_step():
     point = torch.full((sum(p.numel() for p in model.parameters()),), float("inf"))
     with pytest.raises(TrainingDivergedError, match=r"round 7: the gradient of client\(s\) \[0\] at the global model"):
         gradients(model, point, [Client(x, y, x[:0], y[:0], x[:0], y[:0])], [0], round_=7)
+
+
+@pytest.fixture
+def two_torch_threads():
+    """A process that may use two cores: a lockstep group then computes two runs at once (its slots)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("name", ["fednl", "fednew"])
+def test_second_order_runs_side_by_side_in_threads_give_their_lone_results(name, two_torch_threads):
+    """Two seeds of FedNL / FedNew with dense Hessians (Adult, d = 200) as one lockstep group, each run
+    in its own thread and both computing at once: both finish, each bit for bit the run alone. Broken
+    variant caught: torch.func.hessian (forward over reverse mode) in two threads at once — torch's
+    forward-AD levels are process-wide — lost one or both runs with "Trying to access a forward AD level
+    with an invalid index", which notebook 06 then reported as divergence."""
+    from fairfl.loop import simulate, simulate_group
+    configs = [ADULT.replace(algorithm=name, seed=s, rounds=2) for s in (0, 1)]
+    together = simulate_group(configs, progress=False)
+    assert not any(isinstance(h, BaseException) for h in together), together
+    for config, history in zip(configs, together):
+        alone = simulate(config, progress=False)
+        assert history.train_loss == alone.train_loss and history.test_acc == alone.test_acc
