@@ -550,9 +550,9 @@ class Explorer:
             out.clear_output()
             with out:
                 print(f"training selection A with {' '.join(items) or 'no change'} for seeds {seeds} …")
-                histories = run_many(configs, backend=self.backend, root=self.root, raise_on_failure=False)
+                histories = run_many(configs, backend=self.backend, root=self.root, keep_diverged=True)
         else:
-            histories = run_many(configs, backend=self.backend, root=self.root, raise_on_failure=False)
+            histories = run_many(configs, backend=self.backend, root=self.root, keep_diverged=True)
         self._add(configs, histories, " ".join(items))
         return histories
 

@@ -73,10 +73,11 @@ class Session:
         save_figure(fig, name, self.figures)
 
     def sweep(self, config: Callable[..., Any], points: Iterable[Mapping[str, Any]] | None = None,
-              raise_on_failure: bool = True, **factors: Sequence[Any]) -> "Sweep":
+              keep_diverged: bool = False, **factors: Sequence[Any]) -> "Sweep":
         """Run ``config(**point)`` for every point — the product of ``factors`` in the order
         given, or the explicit ``points`` — through the session's backend (cached runs are
-        loaded, not trained). A failed run holds None when ``raise_on_failure`` is False."""
+        loaded, not trained). With ``keep_diverged=True`` a run that diverged holds None (an outcome
+        the notebook reports); a run that crashed always raises (``fairfl.sweeps.run_many``)."""
         from .sweeps import run_many
         if points is None:
             names = list(factors)
@@ -86,7 +87,7 @@ class Session:
         configs = [config(**p) for p in points]
         if self.device != "cpu":
             configs = [c.replace(device=self.device) for c in configs]
-        histories = run_many(configs, backend=self.backend, raise_on_failure=raise_on_failure)
+        histories = run_many(configs, backend=self.backend, keep_diverged=keep_diverged)
         return Sweep(points, histories)
 
 

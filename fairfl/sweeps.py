@@ -37,7 +37,7 @@ from .cache import entry as cache_entry
 from .cache import key as entry_key
 from .config import ExperimentConfig
 from .engine import schedule_key
-from .errors import ConfigError, FairFLError, RunFailedError
+from .errors import ConfigError, FairFLError, RunFailedError, TrainingDivergedError
 from .history import CHECKPOINT, History
 from .loop import simulate, simulate_group
 from .progress import SweepProgress
@@ -97,17 +97,33 @@ def _portable(config: ExperimentConfig) -> tuple[dict, str]:
     return config.to_dict(), module
 
 
-def _worker_run_group(args: tuple[list[tuple[dict, str]], str | None]) -> list[str | None]:
+@dataclass(frozen=True)
+class RunError:
+    """Why a run of a sweep has no result: it **diverged** (its loss or update became NaN/Inf,
+    :class:`~fairfl.errors.TrainingDivergedError`: an outcome of the method at its settings, which a
+    table may report) or it **crashed** (any other error: a bug, a resource, a worker that died).
+    The two are never merged: a crash read as divergence turns a bug into a finding (a thread-unsafe
+    Hessian once made notebook 06 report FedNL as diverged on Adult)."""
+
+    message: str
+    diverged: bool = False
+
+    @classmethod
+    def of(cls, error: BaseException) -> "RunError":
+        return cls(f"{type(error).__name__}: {error}", isinstance(error, TrainingDivergedError))
+
+
+def _worker_run_group(args: tuple[list[tuple[dict, str]], str | None]) -> list[RunError | None]:
     """Runs in a worker: train (or resume) a group of configs side by side into the cache
     (``fairfl.loop.simulate_group``), each stored as soon as it ends. Returns, per config, None or
-    the error that stopped it."""
+    why it stopped."""
     portable, root = args
     import importlib
     for _, module in portable:
         importlib.import_module(module)
     configs = [ExperimentConfig.from_dict(d) for d, _ in portable]
     folder = Path(root) if root else None
-    out: list[str | None] = [None] * len(configs)
+    out: list[RunError | None] = [None] * len(configs)
     todo = [i for i, c in enumerate(configs) if checked_load(c, folder) is None]   # another worker may have done it
     claims = {i: Claim(prepare(configs[i], folder)) for i in todo}
     # the runs no other process is training now train together; each of the others is waited for,
@@ -124,7 +140,7 @@ def _worker_run_group(args: tuple[list[tuple[dict, str]], str | None]) -> list[s
                                      on_done=lambda j, history, dirs=dirs: store(history, dirs[j])) if batch else []
             for i, result in zip(batch, results):
                 if isinstance(result, BaseException):
-                    out[i] = f"{type(result).__name__}: {result}"
+                    out[i] = RunError.of(result)
     finally:
         for claim in claims.values():
             claim.release()
@@ -150,7 +166,7 @@ def scratch_root() -> Path:
     return Path(tempfile.gettempdir()) / f"fairfl-worker-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
 
-def _worker_ship_group(group: ShippedGroup) -> list[tuple[str | None, str, dict[str, bytes] | None]]:
+def _worker_ship_group(group: ShippedGroup) -> list[tuple[RunError | None, str, dict[str, bytes] | None]]:
     """Runs in a worker that shares no folder with the driver: train (or resume) the group into
     this machine's :func:`scratch_root` as :func:`_worker_run_group` does into the cache, then
     return, per config, (the error that stopped it or None, its entry's key here, the files of its
@@ -188,19 +204,19 @@ def _ship(configs: Sequence[ExperimentConfig], root: Path | None) -> ShippedGrou
     return ShippedGroup([_portable(c) for c in configs], blobs, device)
 
 
-def _receive(config: ExperimentConfig, shipped: tuple[str | None, str, dict[str, bytes] | None],
-             root: Path | None) -> str | None:
-    """Write a run a worker sent back into the cache; its error, or None."""
+def _receive(config: ExperimentConfig, shipped: tuple[RunError | None, str, dict[str, bytes] | None],
+             root: Path | None) -> RunError | None:
+    """Write a run a worker sent back into the cache; why it has no result, or None."""
     error, key, files = shipped
     if error is not None:
         return error
     if key != entry_key(config, root):
-        return ("the worker's data or fairfl differ from this machine's (its cache key is another): give every "
-                "node the same data files and fairfl version")
+        return RunError("the worker's data or fairfl differ from this machine's (its cache key is another): give "
+                        "every node the same data files and fairfl version")
     try:
         receive(config, files, root)
     except FairFLError as e:
-        return f"{type(e).__name__}: {e}"
+        return RunError.of(e)
     return None
 
 
@@ -245,12 +261,13 @@ def plan_groups(configs: Sequence[ExperimentConfig], slots: int, max_group: int 
 
 
 def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None,
-             root: Path | None = None, progress: bool = True, raise_on_failure: bool = True,
+             root: Path | None = None, progress: bool = True, keep_diverged: bool = False,
              max_group: int | None = None) -> list[History | None]:
     """Run many configs (validated first, all of them, before any training), each once even if
     listed twice. Returns their histories in the given order. If some fail, the others are kept
-    in the cache, and a RunFailedError lists the failures (or, with
-    ``raise_on_failure=False``, their places hold None).
+    in the cache, and a RunFailedError lists the failures. With ``keep_diverged=True`` a run that
+    diverged (:class:`RunError`: its loss became NaN/Inf, an outcome of the method) holds None in
+    its place instead; a run that crashed raises all the same, so no table is drawn over a bug.
 
     The runs to train go to the backend in lockstep groups (:func:`plan_groups`), each group's
     local training fused (``fairfl.engine``); ``max_group=1`` sends one run per job instead.
@@ -266,14 +283,14 @@ def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None
         one = sum(not is_cached(c, root) for c in configs) <= 1
         backend = SerialBackend() if one and chosen_backend() is None else default_backend(device)
     try:
-        return _sweep(configs, backend, root, progress, raise_on_failure, max_group)
+        return _sweep(configs, backend, root, progress, keep_diverged, max_group)
     finally:
         if own and hasattr(backend, "close"):
             backend.close()
 
 
 def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | None, progress: bool,
-           raise_on_failure: bool, max_group: int | None = None) -> list[History | None]:
+           keep_diverged: bool, max_group: int | None = None) -> list[History | None]:
     """Send the validated, not yet cached configs (each once) to ``backend`` in lockstep groups
     (:func:`plan_groups`), then load every config's history in order. Failed runs are collected
     and raised together (or hold None), the others stay cached. A group whose worker keeps dying
@@ -282,7 +299,7 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
     unique = {c.key(): c for c in configs}
     done = {k: checked_load(c, root) for k, c in unique.items()}        # an unusable entry is reported, removed
     todo = [c for k, c in unique.items() if done[k] is None]
-    failures: dict[str, str] = {}
+    failures: dict[str, tuple[ExperimentConfig, RunError]] = {}
     if todo:
         # per-round progress of every run, wherever it trains: read from the progress files its
         # worker writes into the run's cache entry (fairfl.progress)
@@ -309,10 +326,9 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
                     if not shared and not isinstance(result, Failure):
                         result = [_receive(todo[i], shipped, root) for i, shipped in zip(group, result)]
                     for n, i in enumerate(group):
-                        error = (f"{type(result.error).__name__}: {result.error}" if isinstance(result, Failure)
-                                 else result[n])
+                        error = RunError.of(result.error) if isinstance(result, Failure) else result[n]
                         if error is not None:
-                            failures[todo[i].key()] = f"{todo[i].label()}: {error}"
+                            failures[todo[i].key()] = (todo[i], error)
                         watch.finished([i], failed=error is not None)
                 groups = again
         except KeyboardInterrupt:
@@ -324,12 +340,28 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
             try:
                 done[c.key()] = load_entry(c, root)
             except FairFLError as e:
-                failures[c.key()] = f"{c.label()}: {type(e).__name__}: {e}"
+                failures[c.key()] = (c, RunError.of(e))
     out = [None if c.key() in failures else done[c.key()] for c in configs]
-    if failures and raise_on_failure:
-        raise RunFailedError(f"{len(failures)} of {len(todo)} {what} failed (the others are cached):\n  " +
-                             "\n  ".join(failures.values()))
+    crashed = [(c, e) for c, e in failures.values() if not e.diverged]
+    diverged = [(c, e) for c, e in failures.values() if e.diverged]
+    if crashed or (diverged and not keep_diverged):
+        raise RunFailedError(_failure_report(crashed, diverged, len(todo), what, keep_diverged))
     return out
+
+
+def _failure_report(crashed: list, diverged: list, trained: int, what: str, keep_diverged: bool) -> str:
+    """The message of a sweep's RunFailedError: the crashes first (each a bug or a resource to look
+    at: never a result), then the divergences."""
+    lines = []
+    if crashed:
+        lines.append(f"{len(crashed)} of {trained} {what} crashed (an error, not a divergence; the others are "
+                     "cached):")
+        lines += [f"  {c.label()}: {e.message}" for c, e in crashed]
+    if diverged:
+        lines.append(f"{len(diverged)} of {trained} {what} diverged (loss or update NaN/Inf)" +
+                     (" and hold None" if keep_diverged else "; the others are cached") + ":")
+        lines += [f"  {c.label()}: {e.message}" for c, e in diverged]
+    return "\n".join(lines)
 
 
 class SweepInterrupted(KeyboardInterrupt):

@@ -121,7 +121,7 @@ def test_one_bad_entry_does_not_stop_a_sweep(cached, tmp_path):
     configs = [CFG, CFG.replace(seed=1)]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = run_many(configs, backend=SerialBackend(), root=tmp_path, progress=False, raise_on_failure=False)
+        out = run_many(configs, backend=SerialBackend(), root=tmp_path, progress=False)
     assert out[0].train_loss == h.train_loss and out[1] is not None
     assert any(str(folder) in str(w.message) for w in caught)
 

@@ -190,6 +190,29 @@ class Context:
 PRODUCT_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
+def newton_solve(A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A⁻¹b for a second-order method's system (FedNL's H + lI, FedNew's Hᵢ + cI), or, where A is
+    singular to working precision, the minimum-norm least-squares solution A⁺b. A softmax model
+    without a regulariser has a singular Hessian (shifting every class's logits alike changes
+    nothing) and a gradient orthogonal to that null space, so A⁺b is the Newton step in the
+    directions the loss depends on, where a plain solve either fails (LinAlgError on a zero pivot)
+    or, one rounding away from it, returns a step of norm 10¹³ (FedNL's Option 2 at round 0, where
+    l = 0; seen on Adult). FedNew's code takes pinv (``newton_ADMM.m:77``). "Singular" is a smallest
+    singular value at most n·eps times the largest (numpy's ``matrix_rank`` tolerance), the cut-off
+    of the pseudo-inverse too; a well-conditioned A is solved exactly as before, bit for bit. ``A``
+    (n, n) with ``b`` (n,), or a diagonal as an (n,) vector."""
+    if A.ndim == 1:                                        # a diagonal: its pseudo-inverse entry by entry
+        tol = A.abs().max() * A.numel() * torch.finfo(A.dtype).eps
+        return torch.where(A.abs() > tol, b / torch.where(A.abs() > tol, A, torch.ones_like(A)), torch.zeros_like(b))
+    s = torch.linalg.svdvals(A)
+    tol = s.max() * A.shape[-1] * torch.finfo(A.dtype).eps
+    if bool(s.min() > tol):
+        x, info = torch.linalg.solve_ex(A, b)
+        if int(info) == 0 and bool(torch.isfinite(x).all()):
+            return x
+    return torch.linalg.pinv(A, atol=float(tol), rtol=0.0) @ b
+
+
 def hessian_rows(clients, ids: Sequence[int], ctx: Context, purpose: int,
                  size: int | None) -> list[torch.Tensor | None] | None:
     """The fixed Hessian subsample of each client in ``ids`` (:meth:`Context.fixed_rows`), for

@@ -54,7 +54,7 @@ import torch
 from ..errors import ConfigError
 from ..messages import Aggregate, ClientUpdates
 from .base import (PRODUCT_DTYPES, Algorithm, Context, ParamLayout, RoundPlan, ServerStep, hessian_rows,
-                   option, register)
+                   newton_solve, option, register)
 
 MODES = ("auto", "full", "cg")
 ROWS_STREAM = 0x4E3           # a client's fixed Hessian subsample (hessian_batch; purpose of ctx.rng)
@@ -178,7 +178,9 @@ class FedNew(ServerStep, Algorithm):
             new = dict(zip(fresh, clients.hessian(refs[[r for r, f in enumerate(due) if f]], fresh))) if fresh else {}
             hessians = [new[k] if f else own.hessian for k, own, f in zip(ids, owns, due)]
             eye = torch.eye(w.numel(), dtype=torch.float64)
-            y = torch.stack([torch.linalg.solve(H + c * eye, b) for H, b in zip(hessians, rhs)])
+            # α + ρ > 0 keeps the system definite in exact arithmetic; a tiny α with ρ = 0 leaves it singular in
+            # floating point, where the code's pinv (newton_ADMM.m:77) is what newton_solve falls back to
+            y = torch.stack([newton_solve(H + c * eye, b) for H, b in zip(hessians, rhs)])
             info = {}
         else:
             hessians = [torch.zeros(0, dtype=torch.float64)] * len(ids)

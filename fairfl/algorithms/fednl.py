@@ -56,7 +56,7 @@ import torch
 from ..errors import ConfigError
 from ..messages import Aggregate, ClientUpdates
 from .base import (PRODUCT_DTYPES, Algorithm, Context, ParamLayout, RoundPlan, ServerStep, hessian_rows,
-                   option, register)
+                   newton_solve, option, register)
 
 PROBES_STREAM = 0x4E1         # the Hutchinson probes of a round's client (purpose of ctx.rng)
 ROWS_STREAM = 0x4E2           # a client's fixed Hessian subsample (hessian_batch)
@@ -101,11 +101,14 @@ def compress(M: torch.Tensor, kind: str, rank: int = 1, k: int | None = None) ->
 
 
 def newton_direction(g: torch.Tensor, H: torch.Tensor, mu: float, opt: int, l: float = 0.0) -> torch.Tensor:
-    """Option 1: [H]_μ⁻¹ g; Option 2: (H + lI)⁻¹ g — for a dense H or a diagonal (a vector)."""
+    """Option 1: [H]_μ⁻¹ g; Option 2: (H + lI)⁻¹ g — for a dense H or a diagonal (a vector). Option 2's
+    system is singular wherever l = 0 and H is (round 0 with Hᵢ⁰ = ∇²fᵢ(x⁰) on a softmax model): there
+    the minimum-norm solution (``base.newton_solve``); Option 1's [H]_μ ⪰ μI never is."""
     if H.ndim == 1:
-        return g / (project(H, mu) if opt == 1 else H + l)
-    A = project(H, mu) if opt == 1 else H + l * torch.eye(len(H), dtype=H.dtype)
-    return torch.linalg.solve(A, g)
+        return g / project(H, mu) if opt == 1 else newton_solve(H + l, g)
+    if opt == 1:
+        return torch.linalg.solve(project(H, mu), g)
+    return newton_solve(H + l * torch.eye(len(H), dtype=H.dtype), g)
 
 
 def hutchinson_diagonal(clients, point: torch.Tensor, ids, probes: int, ctx: Context,
