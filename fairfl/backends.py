@@ -51,7 +51,7 @@ class SerialBackend(_Closing):
                 yield i, Failure(e, traceback.format_exc())
 
 
-def _init_worker(threads: int, parent: int, slots=None, gpus: int = 0) -> None:
+def _init_worker(threads: int, parent: int, slots=None, gpus: int = 0, bank=None) -> None:
     import signal
     # Ctrl-C and Jupyter's interrupt signal the whole process group, workers included: a worker
     # ignores it, and the parent, which decides, stops the pool (ProcessBackend.terminate).
@@ -66,6 +66,8 @@ def _init_worker(threads: int, parent: int, slots=None, gpus: int = 0) -> None:
     import torch
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)
+    from .engine import cores
+    cores.set_share(threads, bank)     # its cores, and those it may borrow from workers left without work
     _exit_with_parent(parent)
     if gpus:       # worker i trains on GPU i mod gpus: a config's device "cuda" means this worker's GPU
         with slots.get_lock():
@@ -119,6 +121,7 @@ class ProcessBackend(_Closing):
         self.threads = threads
         self._pool: ProcessPoolExecutor | None = None
         self._env: dict[str, str] = {}
+        self._bank = None           # fairfl.engine.cores.CoreBank: the cores of idle workers, lent to busy ones
 
     def _start(self) -> ProcessPoolExecutor:
         env = _fairfl_settings()
@@ -127,9 +130,12 @@ class ProcessBackend(_Closing):
             self._discard(self._pool)
         if self._pool is None:
             import multiprocessing as mp
+            from .engine.cores import CoreBank
             ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock
+            self._bank = CoreBank(ctx) if not self.gpus else None
             self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker,
-                                             initargs=(self.threads, os.getpid(), ctx.Value("i", 0), self.gpus))
+                                             initargs=(self.threads, os.getpid(), ctx.Value("i", 0), self.gpus,
+                                                       self._bank))
             self._env = env
         return self._pool
 
@@ -147,9 +153,13 @@ class ProcessBackend(_Closing):
             batch, rest = (pending[:1], pending[1:]) if alone else (pending, [])
             pool, futures = self._submit(fn, items, batch)
             lost = []
+            left = len(futures)
+            self._lend(left)
             try:
                 for f in as_completed(futures):
                     i = futures[f]
+                    left -= 1
+                    self._lend(left)
                     try:
                         yield i, f.result()
                     except BrokenProcessPool:      # a worker died: this run was lost with the pool
@@ -164,6 +174,7 @@ class ProcessBackend(_Closing):
                 # resumes from.
                 for f in futures:
                     f.cancel()
+                self._lend(0)
             if alone and lost:                     # it ran alone: it is the one that kills its worker
                 (i,) = lost
                 attempts[i] += 1
@@ -174,6 +185,13 @@ class ProcessBackend(_Closing):
                     lost = []
             alone = alone or bool(lost)
             pending = sorted(lost) + rest
+
+    def _lend(self, unfinished: int) -> None:
+        """Lend the cores of the workers that have nothing left to do to those still training (the
+        end of a sweep: its last groups then use every core, ``fairfl.engine.cores``)."""
+        if self._bank is not None:
+            busy = min(self.workers, unfinished)
+            self._bank.set((self.workers - busy) * self.threads if busy else 0, busy)
 
     def _submit(self, fn, items, indices):
         for attempt in range(2):

@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from . import cores
 from .exactness import exact_stacks, size_is_exact, transposed_is_exact
 from .jobs import Job, Trained, flatten, signature, unflatten
 from .stack import Gather, Row, sgd_stack, training_losses
@@ -49,17 +50,24 @@ def _floats_per_sample(model: nn.Module, x: torch.Tensor, architecture: tuple) -
     return _ACTIVATIONS[key]
 
 
-def _chunks(rows: list, per_row: int, device: torch.device, exact: Callable[[int], bool]) -> list[tuple[list, int]]:
-    """``rows`` cut into stacks within the budget of :data:`FUSED_FLOATS`, each as (its rows, how
+def _chunks(rows: list, per_row: int, device: torch.device, exact: Callable[[int], bool],
+            pieces: int = 1) -> list[tuple[list, int]]:
+    """``rows`` cut into stacks within the budget of :data:`FUSED_FLOATS`, and into at least ``pieces``
+    stacks where there are rows enough (one per thread that computes them), each as (its rows, how
     many discarded copies of its first row pad it), of sizes that ``exact``
     (``fairfl.engine.exactness.size_is_exact``) accepts: ``exactness.exact_stacks`` says how."""
     budget = FUSED_FLOATS["cuda" if device.type == "cuda" else "cpu"]
-    return exact_stacks(rows, min(len(rows), max(1, budget // max(1, 3 * per_row))), exact)
+    size = min(len(rows), max(1, budget // max(1, 3 * per_row)), -(-len(rows) // max(1, pieces)))
+    return exact_stacks(rows, size, exact)
 
 
 def train_fused(jobs: Sequence[Job]) -> list[Trained]:
     """Jobs with one fusion key: their instances, grouped by sample count (which fixes the batch
-    sizes of every step), train as stacks."""
+    sizes of every step), train as stacks. On a CPU the stacks are cut so that every thread the
+    process may use (``fairfl.engine.cores``) gets work, and computed side by side, each with one
+    intra-op thread: the bits are those of one thread (tested), since an instance's result does
+    not depend on its stack (``exactness.exact_stacks``). The model's train / eval mode is set for
+    all stacks at once, never by a stack while another computes."""
     first = jobs[0]
     model, cfg = first.model, first.local
     names = [n for n, _ in model.named_parameters()]
@@ -76,48 +84,64 @@ def train_fused(jobs: Sequence[Job]) -> list[Trained]:
         for k in range(len(job.starts)):
             by_size.setdefault(job.sources[k].size, []).append(Row(j, k, job.sources[k], job.streams[k], job.plans[k]))
     architecture = signature(model)
+    width = cores.threads() if device.type == "cpu" else 1        # a GPU computes on the calling thread
     was_training = model.training
     try:
-        for n, rows in by_size.items():
-            rows.sort(key=lambda r: (id(r.source.x), id(r.source.y)))     # one gather per data pool
-            batch = rows[0].plan.sizes[0] if len(rows[0].plan) else n
-            per_row = batch * _floats_per_sample(model, rows[0].source.x, architecture)
-            @functools.cache           # asked several times per cut; its key walks the whole plan
-            def exact(m: int, row: Row = rows[0]) -> bool:
-                return size_is_exact(model, names, template, row, cfg, device, dtype, m)
-            for chunk, copies in _chunks(rows, per_row, device, exact):
-                # A stack of some sizes is computed by other kernels than a stack of two, and rounds
-                # otherwise (exactness.size_is_exact): a run alone would differ from the same run in a group,
-                # or from itself where its partners finished first. There the stack is padded with
-                # copies of its first instance, which are discarded.
-                kept = len(chunk)
-                chunk = chunk + chunk[:1] * copies
-                m = len(chunk)
-                starts = torch.stack([jobs[r.job].starts[r.k] for r in chunk])
-                centres = torch.stack([starts[i] if jobs[r.job].prox_centre is None else jobs[r.job].prox_centre
-                                       for i, r in enumerate(chunk)])
-                hyper = {name: torch.tensor([getattr(jobs[r.job].local, name) for r in chunk], dtype=dtype, device=device)
-                         for name in ("lr", "momentum", "weight_decay")}
-                hyper["half_mu"] = torch.tensor([jobs[r.job].local.prox_mu / 2 for r in chunk], dtype=dtype, device=device)
-                keys = torch.tensor([r.stream.key for r in chunk], dtype=torch.int64, device=device)
-                gather = Gather(chunk, device)
-                flags = jobs[chunk[0].job]
-                w, acc, grad0 = sgd_stack(model, names, unflatten(starts, template), unflatten(centres, template),
-                                          gather, len(chunk[0].plan), keys, hyper, cfg, flags.sum_gradients,
-                                          flags.first_gradient, transposed_is_exact)
-                params = flatten(w, m)
-                sums = flatten(acc, m) if acc is not None else None
-                firsts = flatten(grad0, m) if grad0 is not None else None
-                after = training_losses(model, names, w, gather) if flags.loss_after else None
-                for i, r in enumerate(chunk[:kept]):
-                    out = results[r.job]
-                    out.params[r.k] = params[i]
-                    if sums is not None:
-                        out.grad_sum[r.k] = sums[i]
-                    if firsts is not None:
-                        out.first_grad[r.k] = firsts[i]
-                    if after is not None:
-                        out.loss_after[r.k] = after[i]
+        with cores.one_thread():       # the probes of exact sizes, like the stacks, on one intra-op thread
+            stacks = []                # (rows, copies, work)
+            total = sum(len(rows) * len(rows[0].plan) for rows in by_size.values()) or 1
+            for n, rows in by_size.items():
+                rows.sort(key=lambda r: (id(r.source.x), id(r.source.y)))     # one gather per data pool
+                batch = rows[0].plan.sizes[0] if len(rows[0].plan) else n
+                per_row = batch * _floats_per_sample(model, rows[0].source.x, architecture)
+                @functools.cache           # asked several times per cut; its key walks the whole plan
+                def exact(m: int, row: Row = rows[0]) -> bool:
+                    return size_is_exact(model, names, template, row, cfg, device, dtype, m)
+                # this size's part of the threads, by its share of the instance-steps
+                pieces = max(1, round(width * len(rows) * len(rows[0].plan) / total)) if width > 1 else 1
+                stacks += [(chunk, copies, (len(chunk) + copies) * max(1, len(rows[0].plan)) * per_row)
+                           for chunk, copies in _chunks(rows, per_row, device, exact, pieces)]
+
+        def train(chunk: list[Row], copies: int):
+            # A stack of some sizes is computed by other kernels than a stack of two, and rounds
+            # otherwise (exactness.size_is_exact): a run alone would differ from the same run in a group,
+            # or from itself where its partners finished first. There the stack is padded with
+            # copies of its first instance, which are discarded.
+            chunk = chunk + chunk[:1] * copies
+            m = len(chunk)
+            starts = torch.stack([jobs[r.job].starts[r.k] for r in chunk])
+            centres = torch.stack([starts[i] if jobs[r.job].prox_centre is None else jobs[r.job].prox_centre
+                                   for i, r in enumerate(chunk)])
+            hyper = {name: torch.tensor([getattr(jobs[r.job].local, name) for r in chunk], dtype=dtype, device=device)
+                     for name in ("lr", "momentum", "weight_decay")}
+            hyper["half_mu"] = torch.tensor([jobs[r.job].local.prox_mu / 2 for r in chunk], dtype=dtype, device=device)
+            keys = torch.tensor([r.stream.key for r in chunk], dtype=torch.int64, device=device)
+            gather = Gather(chunk, device)
+            flags = jobs[chunk[0].job]
+            w, acc, grad0 = sgd_stack(model, names, unflatten(starts, template), unflatten(centres, template),
+                                      gather, len(chunk[0].plan), keys, hyper, cfg, flags.sum_gradients,
+                                      flags.first_gradient, transposed_is_exact)
+            return w, gather, flatten(w, m), flatten(acc, m) if acc is not None else None, \
+                flatten(grad0, m) if grad0 is not None else None
+
+        costs = [work for _, _, work in stacks]
+        model.train()
+        trained = cores.parallel([functools.partial(train, chunk, copies) for chunk, copies, _ in stacks], costs, width)
+        afters: list = [None] * len(stacks)
+        if first.loss_after:
+            model.eval()
+            afters = cores.parallel([functools.partial(training_losses, model, names, w, gather)
+                                     for w, gather, *_ in trained], costs, width)
+        for (chunk, _, _), (_, _, params, sums, firsts), after in zip(stacks, trained, afters):
+            for i, r in enumerate(chunk):
+                out = results[r.job]
+                out.params[r.k] = params[i]
+                if sums is not None:
+                    out.grad_sum[r.k] = sums[i]
+                if firsts is not None:
+                    out.first_grad[r.k] = firsts[i]
+                if after is not None:
+                    out.loss_after[r.k] = after[i]
     finally:
         model.train(was_training)
     return results

@@ -134,15 +134,20 @@ def stacked_losses(model, names, stacked: list[torch.Tensor], x: torch.Tensor, y
 
 @torch.no_grad()
 def training_losses(model, names, w: list[torch.Tensor], gather: Gather) -> torch.Tensor:
-    """Each local model's mean loss on its own training data, eval mode."""
-    model.eval()
+    """Each local model's mean loss on its own training data, eval mode. A model already in eval
+    mode is left alone: stacks computing side by side (``fairfl.engine.fused``) share the module,
+    whose mode one of them must not switch while another computes."""
+    switch = model.training
+    if switch:
+        model.eval()
     n = gather.size
     total = torch.zeros(len(gather.rows), device=gather.device)
     for i in range(0, n, LOSS_CHUNK):
         idx = torch.arange(i, min(n, i + LOSS_CHUNK), device=gather.device).expand(len(gather.rows), -1)
         x, y = gather.take(idx)
         total += stacked_losses(model, names, w, x, y, reduction="sum")
-    model.train()
+    if switch:
+        model.train()
     return total / n
 
 

@@ -1,0 +1,188 @@
+"""The cores a computation may use, and the threads that use them.
+
+A run computes with one intra-op thread (``fairfl.engine.exactness``: some CPU kernels split their
+reductions by thread, so a second intra-op thread changes the bits). Parallelism therefore comes
+from *independent* computations side by side: the stacks of a fused step (each stack's instances
+share nothing with another stack's), the chunks of a prediction, the instances of the reference
+path. :func:`parallel` runs such pieces in threads, each with one intra-op thread, so a lone run
+uses every core it may and gives the bits it gives on one: which thread computes a piece, and
+where a run's instances are cut into stacks, never changes a result (``exactness.exact_stacks``
+only makes stacks of sizes that compute each instance's own bits).
+
+**How many threads** (:func:`threads`): the process's usable cores (``os.sched_getaffinity``, so a
+container's or ``taskset``'s limit is respected), capped by :func:`set_threads` (``fairfl run
+--threads``), else ``FAIRFL_THREADS``, else ``OMP_NUM_THREADS``. A worker of a process
+pool is given its share of the cores when it starts (:func:`set_share`), and may borrow the cores
+of workers that have no more work (:class:`CoreBank`), so that the last runs of a sweep do not
+leave cores idle. On a GPU nothing changes: a CUDA computation runs on the calling thread.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+THREADS_ENV = "FAIRFL_THREADS"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask; ``os.cpu_count()`` where there is none)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _from_env() -> int | None:
+    """``FAIRFL_THREADS``, else ``OMP_NUM_THREADS`` (what a user, a test harness or Ray — which sets it
+    to a task's CPUs — has asked of every threaded library), else None."""
+    for var in (THREADS_ENV, "OMP_NUM_THREADS"):
+        value = os.environ.get(var, "").strip()
+        if not value:
+            continue
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if n < 1:
+            if var == "OMP_NUM_THREADS":
+                continue                      # OpenMP's own business (e.g. a list per nesting level)
+            from ..errors import ConfigError
+            raise ConfigError(f"{THREADS_ENV}={value!r}: give a whole number of threads, at least 1")
+        return n
+    return None
+
+
+_limit: int | None = None           # set_threads()
+_share: int | None = None           # a pool worker's share of the cores (set_share)
+_bank: "CoreBank | None" = None     # the pool's spare cores, which a worker may borrow
+
+
+def set_threads(n: int | None) -> None:
+    """Cap the threads of this process's computations at ``n`` (None: back to ``FAIRFL_THREADS``, else
+    every usable core). Results do not depend on it."""
+    global _limit
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        from ..errors import ConfigError
+        raise ConfigError(f"threads={n!r}: give a whole number of threads, at least 1 (or None for every core)")
+    _limit = n
+
+
+def set_share(n: int | None, bank: "CoreBank | None" = None) -> None:
+    """A pool worker's part: ``n`` cores of its own, and the ``bank`` it may borrow spare cores from
+    (None: a process of its own, every usable core)."""
+    global _share, _bank
+    _share, _bank = (None if n is None else max(1, int(n))), bank
+
+
+def threads() -> int:
+    """How many threads a computation of this process may use now (at least 1): a pool worker's
+    share and what it borrows, else every usable core; never more than an explicit cap
+    (:func:`set_threads`, ``FAIRFL_THREADS``), which is honoured even above the core count."""
+    cap = _limit or _from_env()
+    own = _share if _share is not None else (cap or usable_cores())
+    if _bank is not None:
+        own += _bank.borrow()
+    return max(1, min(cap, own) if cap else own)
+
+
+class CoreBank:
+    """The cores of a process pool that no worker is using: the driver deposits those of workers
+    left without work (the end of a sweep), and each busy worker borrows its part of them at each
+    parallel computation (:func:`threads`). Shared memory (``multiprocessing.Value``), so reading it
+    costs nothing; what a worker borrows is only how many threads it starts, never what it computes."""
+
+    def __init__(self, ctx) -> None:
+        self._spare = ctx.Value("i", 0)      # cores no worker uses
+        self._busy = ctx.Value("i", 0)       # workers with work
+
+    def set(self, spare: int, busy: int) -> None:
+        with self._spare.get_lock():
+            self._spare.value, self._busy.value = max(0, spare), max(0, busy)
+
+    def borrow(self) -> int:
+        busy = self._busy.value
+        return self._spare.value // busy if busy > 0 else 0
+
+
+# ----------------------------------------------------------------------------- threads
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+_local = threading.local()
+
+
+def _init_thread() -> None:
+    from .exactness import RUN_THREADS, check_reproducible
+    check_reproducible()
+    torch.set_num_threads(RUN_THREADS)       # per thread (OpenMP's and MKL's local settings)
+    _local.worker = True
+
+
+def _pool(size: int) -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL._max_workers < size:
+            old, _POOL = _POOL, ThreadPoolExecutor(size, thread_name_prefix="fairfl-core", initializer=_init_thread)
+            if old is not None:
+                old.shutdown(wait=False)
+        return _POOL
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Compute with :data:`~fairfl.engine.exactness.RUN_THREADS` intra-op threads in the calling
+    thread (and check MKL's mode), restoring its count afterwards."""
+    from .exactness import run_threads
+    with run_threads():
+        yield
+
+
+def parallel(tasks: Sequence[Callable[[], T]], costs: Sequence[float] | None = None,
+             limit: int | None = None) -> list[T]:
+    """Every task's result, in order, computed on up to :func:`threads` threads (or ``limit``),
+    each with one intra-op thread; the calling thread works too. Tasks are taken longest first
+    (``costs``), so the last to finish is a short one. After a task raises, no new task starts, and
+    its exception is raised once the tasks under way have ended. Inside a task, a nested call runs
+    its tasks in that thread."""
+    n = len(tasks)
+    out: list[Any] = [None] * n
+    width = min(n, limit or threads())
+    if width <= 1 or getattr(_local, "inside", False):
+        with one_thread():
+            return [task() for task in tasks]
+    order = sorted(range(n), key=lambda i: -costs[i]) if costs is not None else list(range(n))
+    lock = threading.Lock()
+    position = iter(order)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        _local.inside = True
+        try:
+            while True:
+                with lock:
+                    i = next(position, None)
+                    if i is None or errors:
+                        return
+                try:
+                    out[i] = tasks[i]()
+                except BaseException as e:  # noqa: BLE001 - raised in the caller
+                    with lock:
+                        errors.append(e)
+        finally:
+            _local.inside = False
+
+    helpers = [_pool(max(usable_cores(), width - 1)).submit(work) for _ in range(width - 1)]
+    with one_thread():
+        work()
+    for h in helpers:
+        h.result()
+    if errors:
+        raise errors[0]
+    return out

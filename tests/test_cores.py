@@ -1,0 +1,139 @@
+"""A lone run on every core, the same bits (fairfl.engine.cores): the stacks of a fused step, the
+instances of the reference path, are computed side by side in threads, each with one intra-op
+thread, and a run's history is the one it gives on one thread — for every algorithm family, on the
+CNN (whose convolutions round otherwise on two intra-op threads), the reference path and the
+LSTM, alone, in a lockstep group and in a worker process. Also: how many threads a process takes,
+and the pool's lending of idle workers' cores."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.engine import cores
+from fairfl.errors import ConfigError
+from fairfl.loop import simulate, simulate_group
+
+from test_golden import CASES, MLP, FM
+
+
+def history(h):
+    """Everything a run records but its wall times, as text (NaN equals NaN; floats print exactly)."""
+    return json.dumps({k: v for k, v in h.to_state().items() if k != "round_time"}, sort_keys=True)
+
+
+@pytest.fixture
+def threads():
+    yield cores.set_threads
+    cores.set_threads(None)
+
+
+FAMILIES = {
+    # the golden cases: every family of the first papers, the CNN, the reference path, the LSTM
+    **{name: CASES[name].replace(rounds=1, eval_every=1) for name in ("fedavg_cnn", "fedavg_cnn_sequential", "fedprox_mlp", "qfedavg_mlp",
+                                      "afl_mlp", "fedfv_loss_mlp", "dqnfed_mlp", "adult_fedmgda_plus_sequential",
+                                      "shakespeare_fedavg")},
+    "fedmgda_plus_mlp": MLP.replace(algorithm={"name": "fedmgda_plus", "eps": 0.1, "decay": 0.1}),
+    # the families added since: Ditto's personal training (train_from), TERM, the second-order and
+    # layer-wise baselines (gradients, Hessian-vector products, dense Hessians)
+    "ditto_mlp": MLP.replace(algorithm={"name": "ditto", "lam": 0.1}),
+    "term_mlp": MLP.replace(algorithm="term"),
+    "fedlf_mlp": MLP.replace(algorithm="fedlf"),
+    "fedheal_mlp": MLP.replace(algorithm="fedheal"),
+    "fednl_mlp": MLP.replace(algorithm={"name": "fednl", "hessian_mode": "diag", "mu": 0.5, "hessian_batch": 64}),
+    "fednew_mlp": MLP.replace(algorithm={"name": "fednew", "hessian_mode": "cg", "cg_iters": 3, "hessian_batch": 64}),
+    # FMOL's multi-task model: (client, objective) pairs as instances
+    "fmgda_lenet": ExperimentConfig(
+        dataset="multimnist", dataset_options={"source": "mnist_5k", "seed": 0}, model="multi_lenet",
+        partition=PartitionSpec("label_limited", num_clients=4, samples_per_client=20, shards_per_client=2),
+        local=LocalTraining(epochs=1, batch_size=5, lr=0.1), algorithm="fmgda", rounds=2, participation=1.0,
+        eval_every=1, track_improved=False),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_lone_run_gives_the_same_bits_on_one_two_and_three_threads(name, threads, fmnist):
+    """Broken variants caught: a stack computed with the process's intra-op threads (the CNN's bias
+    gradient differs by ~5e-9 on two), the module's train/eval mode switched by one stack while
+    another computes, instances put back in the wrong order, two stacks sharing a module's
+    parameters on the reference path."""
+    config = FAMILIES[name]
+    threads(1)
+    one = simulate(config, progress=False)
+    for n in (2, 3):
+        threads(n)
+        assert cores.threads() == n
+        assert history(simulate(config, progress=False)) == history(one), f"{n} threads differ from one"
+
+
+@pytest.mark.slow
+def test_a_group_on_every_core_gives_each_run_its_lone_bits(threads, fmnist):
+    """Two CNN runs as a lockstep group whose fused steps use three threads, against each run alone on
+    one thread."""
+    configs = [FM.replace(algorithm="fedavg", seed=s) for s in (0, 1)]
+    threads(1)
+    alone = [simulate(c, progress=False) for c in configs]
+    threads(3)
+    together = simulate_group(configs, progress=False)
+    assert [history(h) for h in together] == [history(h) for h in alone]
+
+
+def test_how_many_threads(threads, monkeypatch):
+    """An explicit cap wins (even above the cores: the user asked), then FAIRFL_THREADS, then
+    OMP_NUM_THREADS, then every usable core; bad values are named."""
+    monkeypatch.delenv("FAIRFL_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert cores.threads() == cores.usable_cores()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert cores.threads() == 1
+    monkeypatch.setenv("FAIRFL_THREADS", "5")
+    assert cores.threads() == 5
+    threads(3)
+    assert cores.threads() == 3
+    threads(None)
+    monkeypatch.setenv("FAIRFL_THREADS", "zero")
+    with pytest.raises(ConfigError, match="FAIRFL_THREADS='zero'"):
+        cores.threads()
+    with pytest.raises(ConfigError, match="threads=0"):
+        cores.set_threads(0)
+
+
+def test_parallel_keeps_order_raises_after_all_and_runs_nested_calls_inline(threads):
+    """Results come back in the tasks' order whatever their costs; after an error no new task starts
+    and the error is raised; a task's own parallel call runs in its thread (no thread waits on a busy
+    pool)."""
+    threads(3)
+    assert cores.parallel([lambda i=i: i * i for i in range(7)], costs=[1, 9, 3, 7, 2, 8, 0]) == [0, 1, 4, 9, 16, 25, 36]
+    threads(2)
+    done = []
+
+    def fail():
+        raise ValueError("task 0")
+    with pytest.raises(ValueError, match="task 0"):
+        cores.parallel([fail] + [lambda i=i: done.append(i) for i in range(1, 40)], costs=[100] + [1] * 39)
+    assert len(done) < 39
+    nested = cores.parallel([lambda: cores.parallel([lambda: torch.get_num_threads()] * 3)] * 2)
+    assert nested == [[1, 1, 1], [1, 1, 1]]        # one intra-op thread in every task
+
+
+def test_a_pool_lends_the_cores_of_workers_without_work(threads, monkeypatch):
+    """A worker's threads are its share plus its part of the spare cores the pool deposits in the bank
+    (the end of a sweep), never more than an explicit cap."""
+    import multiprocessing as mp
+    monkeypatch.delenv("FAIRFL_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    bank = cores.CoreBank(mp.get_context("spawn"))
+    try:
+        cores.set_share(1, bank)
+        assert cores.threads() == 1
+        bank.set(spare=3, busy=1)              # three of four workers idle, one training
+        assert cores.threads() == 4
+        bank.set(spare=2, busy=2)
+        assert cores.threads() == 2
+        threads(1)
+        assert cores.threads() == 1
+    finally:
+        cores.set_share(None)
