@@ -4,6 +4,8 @@ Fashion-MNIST, 100 clients x 600 images (label shards; each client's default 80/
 FedMGDA+ Table 3.
 
 (i)  one round, batched path vs sequential reference path, in this process (median of --reps);
+(iii) one run's batched round on 1 thread against --threads (every core by default:
+     ``fairfl.engine.cores``), alternating, medians, and whether the two give the same bits;
 (ii) a sweep of --runs runs x --rounds rounds through the project's executor (a pool of
      one-thread worker processes, batched path) vs the same runs one after another in this
      process with the sequential path. Evaluation happens only at the first and last round
@@ -41,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec  # noqa: E402
 from fairfl.algorithms import sample_clients  # noqa: E402
 from fairfl.client import flat_params, train_clients  # noqa: E402
+from fairfl.engine import cores  # noqa: E402
 from fairfl.loop import federated_data, simulate  # noqa: E402
 from fairfl.models import build_model  # noqa: E402
 from fairfl.sweeps import ProcessBackend, run_many  # noqa: E402
@@ -58,17 +61,28 @@ SMOKE = REFERENCE.replace(dataset="mnist_5k", partition=dataclasses.replace(REFE
                           clients_per_round=2)
 
 
-def time_rounds(config: ExperimentConfig, batched: bool, reps: int) -> list[float]:
+def time_rounds(config: ExperimentConfig, batched: bool, reps: int, threads: int = 1,
+                updates: list | None = None) -> list[float]:
+    """Seconds of ``reps`` rounds (after one to warm up) of one run's local training, its computations on
+    ``threads`` threads (``fairfl.engine.cores``, each with one intra-op thread); the rounds' updates are
+    appended to ``updates`` where given."""
     fed = federated_data(config)
     model = build_model(config.model, (1, 28, 28), 10, seed=0)
     w = flat_params(model)
     times = []
-    for r in range(reps + 1):  # the first repetition warms up
-        clients = sample_clients(0, r, config.partition.num_clients, config.num_sampled)
-        t0 = time.perf_counter()
-        train_clients(model, w, fed.clients, clients, config.local, 0, r, batched=batched,
-                      loss_before=False, loss_after=False)
-        times.append(time.perf_counter() - t0)
+    cores.set_threads(threads)
+    try:
+        with cores.one_thread():                  # the caller too: a run computes on one intra-op thread
+            for r in range(reps + 1):  # the first repetition warms up
+                clients = sample_clients(0, r, config.partition.num_clients, config.num_sampled)
+                t0 = time.perf_counter()
+                out = train_clients(model, w, fed.clients, clients, config.local, 0, r, batched=batched,
+                                    loss_before=False, loss_after=False)
+                times.append(time.perf_counter() - t0)
+                if updates is not None and r:
+                    updates.append(out.updates)
+    finally:
+        cores.set_threads(None)
     return times[1:]
 
 
@@ -79,13 +93,30 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--sweeps", type=int, default=3, help="repetitions of the sweep comparison (median)")
+    ap.add_argument("--threads", type=int, default=cores.usable_cores(),
+                    help="threads of one run in part (iii), against one (default: every usable core)")
+    ap.add_argument("--one-run", action="store_true", help="only part (iii): one run's round on 1 and --threads threads")
     ap.add_argument("--smoke", action="store_true", help="CI: every part once, at a tiny size (seconds)")
     if "--smoke" in sys.argv[1:]:
-        ap.set_defaults(reps=1, runs=2, rounds=1, sweeps=1, workers=1)
+        ap.set_defaults(reps=1, runs=2, rounds=1, sweeps=1, workers=1, threads=2)
     args = ap.parse_args()
     reference = SMOKE if args.smoke else REFERENCE
     threads = torch.get_num_threads()
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, {threads} torch threads in this process")
+
+    # (iii) one run's round on one thread and on --threads, interleaved, with the bits compared
+    one, many, bits_one, bits_many = [], [], [], []
+    for _ in range(2):
+        one += time_rounds(reference, True, max(1, args.reps // 2 + 1), 1, bits_one)
+        many += time_rounds(reference, True, max(1, args.reps // 2 + 1), args.threads, bits_many)
+    same = all(torch.equal(a, b) for a, b in zip(bits_one, bits_many))
+    med_one, med_many = statistics.median(one), statistics.median(many)
+    print(f"one run's round: {med_one:.3f} s on 1 thread, {med_many:.3f} s on {args.threads} "
+          f"(medians of {len(one)}): {med_one / med_many:.2f}x, bit-identical: {'yes' if same else 'NO'}")
+    if not same:
+        raise SystemExit("one run's round differs between 1 and several threads")
+    if args.one_run:
+        return
 
     # (i) one round, both paths, interleaved so that machine noise hits both alike
     seq, bat = [], []
@@ -131,6 +162,10 @@ def main() -> None:
     ratio = statistics.median(p[0] / p[1] for p in pairs)
 
     rows = [
+        ("one run's batched round, 1 thread", f"{med_one:.3f} s", f"median of {len(one)}"),
+        (f"one run's batched round, {args.threads} threads", f"{med_many:.3f} s",
+         f"median of {len(many)}, bit-identical: {'yes' if same else 'NO'}"),
+        (f"  {args.threads} threads / 1 speed-up", f"{med_one / med_many:.2f}x", ""),
         ("one round, sequential path (reference)", f"{med_seq:.3f} s", f"median of {len(seq)}"),
         ("one round, batched path (fused, fairfl.stacked)", f"{med_bat:.3f} s", f"median of {len(bat)}"),
         ("  batched / sequential speed-up", f"{med_seq / med_bat:.2f}x", ""),

@@ -57,6 +57,7 @@ def _init_worker(threads: int, parent: int, slots=None, gpus: int = 0, bank=None
     # ignores it, and the parent, which decides, stops the pool (ProcessBackend.terminate).
     # Otherwise every idle worker would print its own KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_parent(parent)          # first: importing torch below takes seconds on a busy machine
     # tqdm's first bar (the loop's, disabled in a worker) would create a multiprocessing lock: a
     # named semaphore that a worker stopped by terminate() leaves behind (the resource tracker then
     # warns at exit). A worker shows no bar, so a thread lock does.
@@ -68,7 +69,6 @@ def _init_worker(threads: int, parent: int, slots=None, gpus: int = 0, bank=None
     torch.set_num_interop_threads(1)
     from .engine import cores
     cores.set_share(threads, bank)     # its cores, and those it may borrow from workers left without work
-    _exit_with_parent(parent)
     if gpus:       # worker i trains on GPU i mod gpus: a config's device "cuda" means this worker's GPU
         with slots.get_lock():
             slot, slots.value = slots.value, slots.value + 1

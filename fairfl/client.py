@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import stacked as stacked_forward
-from .engine import (Immediate, Job, Pool, Predict, Source, Trained, Trainer, chunked, predict_one, predict_stack,
+from .engine import (Immediate, Job, Pool, Predict, Source, Trained, Trainer, map_chunks, predict_one, predict_stack,
                      set_flat_params)
 from .errors import TrainingDivergedError
 from .messages import ClientUpdates
@@ -76,7 +76,7 @@ def predict(model: nn.Module, x: torch.Tensor | Sequence[torch.Tensor], chunk: i
     if not sum(len(p) for p in parts):
         return torch.empty(0, device=parts[0].device if parts else None)
     if not stacked_forward.supports(model):
-        return torch.cat([model(piece) for piece in chunked(parts, chunk)])
+        return torch.cat(map_chunks(model, parts, chunk))
     return predict_stack(model, [p.detach().unsqueeze(0) for p in model.parameters()], parts, chunk)[0]
 
 

@@ -31,6 +31,7 @@ from .client import ClientRuntime, Evaluation, flat_params
 from .config import ExperimentConfig
 from .data import load_dataset
 from .engine import RUN_THREADS, Lockstep, Trainer, cpu_kernels, resolve_device, run_threads  # noqa: F401 (cpu_kernels: read from here)
+from .engine import cores
 from .errors import ConfigError, TrainingDivergedError
 from .history import History, RunState, load_checkpoint, save_checkpoint
 from .server import record_round, server_half
@@ -118,7 +119,7 @@ def simulate_group(configs: Sequence[ExperimentConfig], checkpoint_dirs: Sequenc
         if on_done is not None:
             on_done(0, history)
         return [history]
-    lockstep = Lockstep(slots=max(1, torch.get_num_threads() // RUN_THREADS))  # the cores this process may use
+    lockstep = Lockstep(slots=lambda: max(1, cores.threads() // RUN_THREADS))  # the cores this process may use now
     results: list[History | BaseException | None] = [None] * len(configs)
 
     def one(i: int) -> None:

@@ -87,7 +87,11 @@ class Session:
         configs = [config(**p) for p in points]
         if self.device != "cpu":
             configs = [c.replace(device=self.device) for c in configs]
+        from . import sweeps
+        before = sweeps.last_usage
         histories = run_many(configs, backend=self.backend, keep_diverged=keep_diverged)
+        if sweeps.last_usage is not before:        # something trained: how busy the cores were
+            print(f"sweep of {len(configs)} runs: {sweeps.last_usage}")
         return Sweep(points, histories)
 
 

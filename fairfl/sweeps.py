@@ -148,6 +148,63 @@ def _worker_run_group(args: tuple[list[tuple[dict, str]], str | None]) -> list[R
 
 
 @dataclass(frozen=True)
+class Measured:
+    """A group's result with what its worker spent on it: the CPU seconds of its process (all its
+    threads), the wall seconds, and the seconds of its parallel computations at each width
+    (``fairfl.engine.cores.width_seconds``). A worker trains one group at a time, so its process's
+    CPU time over the group is the group's."""
+
+    result: object
+    cpu: float
+    wall: float
+    widths: dict
+
+
+def _measure(fn, item) -> Measured:
+    import time
+    from .engine.cores import width_seconds
+    cpu, wall, widths = time.process_time(), time.perf_counter(), width_seconds()
+    result = fn(item)
+    after = width_seconds()
+    return Measured(result, time.process_time() - cpu, time.perf_counter() - wall,
+                    {w: after[w] - widths.get(w, 0.0) for w in after if after[w] > widths.get(w, 0.0)})
+
+
+def _measured_run_group(args) -> Measured:
+    return _measure(_worker_run_group, args)
+
+
+def _measured_ship_group(group: "ShippedGroup") -> Measured:
+    return _measure(_worker_ship_group, group)
+
+
+@dataclass(frozen=True)
+class SweepUsage:
+    """How busy a sweep kept the cores it had: ``cores`` (the backend's workers × their threads, or
+    this process's for one in-process), the sweep's wall seconds, the CPU seconds its groups used,
+    and the seconds of parallel computation at each width, summed over the groups. ``idle`` is the
+    fraction of the core-time (cores × wall) no group used: what an idle tail, or work that cannot
+    use several threads, costs."""
+
+    cores: int
+    wall: float
+    cpu: float
+    widths: dict
+
+    @property
+    def idle(self) -> float:
+        return max(0.0, 1.0 - self.cpu / (self.cores * self.wall)) if self.wall > 0 else 0.0
+
+    def __str__(self) -> str:
+        return (f"{self.wall:.0f} s on {self.cores} core{'s' * (self.cores != 1)}, "
+                f"{self.idle:.0%} of the core-time idle")
+
+
+# the last sweep of this process that trained something (fairfl.notebook prints it after a sweep)
+last_usage: SweepUsage | None = None
+
+
+@dataclass(frozen=True)
 class ShippedGroup:
     """A group for a worker that shares no folder with the driver (``RayBackend``): the configs,
     the checkpoints the driver holds for them (bytes, or None), and the device type they train on
@@ -237,15 +294,30 @@ def _family(config: ExperimentConfig) -> str:
                        *schedule_key(config.local), config.batched, config.device_type], sort_keys=True, default=str)
 
 
+def expected_cost(config: ExperimentConfig) -> float:
+    """A run's work relative to the other runs of its family (which share data, model and local
+    steps, :func:`_family`), in client-epochs: its rounds × clients per round × local passes, plus its
+    evaluations, each a forward pass over every client's data (about a third of a training pass).
+    An estimate from the config alone: it cannot see an algorithm's own work (a second-order method's
+    Hessians) nor compare two families' models; the cores of workers that finish early are lent to
+    those still training (``fairfl.engine.cores.CoreBank``), which covers what it misses."""
+    passes = config.local.epochs if config.local.steps is None else 1
+    evaluations = config.rounds // max(1, config.eval_every) + 1
+    return config.rounds * config.num_sampled * passes + evaluations * config.partition.federation_size / 3
+
+
 def plan_groups(configs: Sequence[ExperimentConfig], slots: int, max_group: int | None = None) -> list[list[int]]:
     """Indices of ``configs`` in lockstep groups: runs of one family together, each family cut into
     enough groups to keep ``slots`` workers busy (in proportion to its share of the runs) and none
     larger than ``max_group`` (default: :data:`MAX_GROUP` of the family's device); members dealt out
-    in turn so that the groups of a family cost alike. A family that is not ``batched`` (the reference
-    loop, which fuses nothing) goes out as single runs. Largest groups first."""
+    longest first to the group with the least expected work (:func:`expected_cost`), so that the
+    groups of a family cost alike. A family that is not ``batched`` (the reference loop, which fuses
+    nothing) goes out as single runs. The costliest groups first: a pool takes them in this order,
+    and the short ones fill in at the end."""
     families: dict[str, list[int]] = {}
     for i, c in enumerate(configs):
         families.setdefault(_family(c), []).append(i)
+    cost = [expected_cost(c) for c in configs]
     groups = []
     for members in families.values():
         if not configs[members[0]].batched:
@@ -256,8 +328,25 @@ def plan_groups(configs: Sequence[ExperimentConfig], slots: int, max_group: int 
         cap = max_group or MAX_GROUP[configs[members[0]].device_type]
         k = max(-(-len(members) // cap), round(slots * len(members) / max(1, len(configs))), 1)
         k = min(k, len(members))
-        groups += [members[j::k] for j in range(k)]
-    return sorted(groups, key=len, reverse=True)
+        cut: list[list[int]] = [[] for _ in range(k)]
+        load = [0.0] * k
+        for i in sorted(members, key=lambda i: (-cost[i], i)):       # longest processing time first
+            g = min((g for g in range(k) if len(cut[g]) < cap), key=lambda g: (load[g], g))
+            cut[g].append(i)
+            load[g] += cost[i]
+        groups += [sorted(g) for g in cut if g]
+    return sorted(groups, key=lambda g: (-sum(cost[i] for i in g), g[0]))
+
+
+def _backend_cores(backend: Backend) -> int:
+    """The cores a sweep on ``backend`` may keep busy: a pool's workers × threads, Ray's slots, this
+    process's threads for one that trains in it."""
+    from .engine import cores
+    if isinstance(backend, ProcessBackend):
+        return backend.workers * backend.threads
+    if isinstance(backend, SerialBackend):
+        return cores.threads()
+    return max(1, int(getattr(backend, "workers", 1)))
 
 
 def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None,
@@ -306,6 +395,8 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
         watch = SweepProgress([run_dir(c, root) for c in todo], [c.rounds for c in todo], enabled=progress,
                               desc=f"{len(todo)} {what}" + (f" ({len(configs) - len(todo)} cached)" if len(todo) < len(unique) else ""))
         groups = plan_groups(todo, max(1, int(getattr(backend, "workers", 1))), max_group)
+        import time
+        started, cpu, widths = time.perf_counter(), 0.0, {}
         # A backend whose workers share no folder with this process (shares_files = False: Ray on a
         # cluster) gets the runs' checkpoints with the configs and sends the finished entries back,
         # which are written here; the others train straight into the cache folder.
@@ -313,13 +404,18 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
         try:
             while groups:
                 if shared:
-                    job, items = _worker_run_group, [([_portable(todo[i]) for i in g], str(root) if root else None)
-                                                     for g in groups]
+                    job, items = _measured_run_group, [([_portable(todo[i]) for i in g], str(root) if root else None)
+                                                       for g in groups]
                 else:
-                    job, items = _worker_ship_group, [_ship([todo[i] for i in g], root) for g in groups]
+                    job, items = _measured_ship_group, [_ship([todo[i] for i in g], root) for g in groups]
                 again = []
                 for gi, result in backend.submit_all(job, items):
                     group = groups[gi]
+                    if isinstance(result, Measured):
+                        cpu += result.cpu
+                        for w, t in result.widths.items():
+                            widths[w] = widths.get(w, 0.0) + t
+                        result = result.result
                     if isinstance(result, Failure) and isinstance(result.error, WorkerDied) and len(group) > 1:
                         again += [[i] for i in group]
                         continue
@@ -331,6 +427,8 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
                             failures[todo[i].key()] = (todo[i], error)
                         watch.finished([i], failed=error is not None)
                 groups = again
+            global last_usage
+            last_usage = SweepUsage(_backend_cores(backend), time.perf_counter() - started, cpu, widths)
         except KeyboardInterrupt:
             raise _interrupted(backend, watch, list(unique.values()), root) from None
         finally:

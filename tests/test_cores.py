@@ -137,3 +137,31 @@ def test_a_pool_lends_the_cores_of_workers_without_work(threads, monkeypatch):
         assert cores.threads() == 1
     finally:
         cores.set_share(None)
+
+
+def test_the_callers_grad_mode_reaches_the_threads(threads):
+    """torch's grad mode is per thread: predictions under no_grad must not build graphs in the helpers."""
+    threads(2)
+    x = torch.ones(3, requires_grad=True)
+    with torch.no_grad():
+        out = cores.parallel([lambda: (x * 2).requires_grad] * 4)
+    assert out == [False] * 4
+    assert cores.parallel([lambda: (x * 2).requires_grad] * 4) == [True] * 4
+
+
+@pytest.mark.slow
+def test_the_last_group_of_a_sweep_borrows_the_cores_of_the_worker_that_finished(tmp_path, fmnist):
+    """Two workers of one thread, two groups of unequal cost (1 round against 6): once the short group
+    is done, the pool lends its worker's core to the other, whose fused steps then run on two threads
+    — read from the scheduler's own record (the seconds of parallel computation at each width that
+    each group reports, fairfl.sweeps.last_usage), not from wall times. Broken variant caught: the
+    last group trained alone on one core while the other idled (notebook 04's quick sweep)."""
+    import fairfl.sweeps as sweeps
+    from fairfl.sweeps import ProcessBackend, run_many
+    short = FM.replace(algorithm="fedavg", rounds=1, seed=0)
+    long = FM.replace(algorithm="fedavg", rounds=6, seed=1)
+    with ProcessBackend(workers=2, threads=1) as pool:
+        run_many([short, long], backend=pool, root=tmp_path, progress=False, max_group=1)
+    usage = sweeps.last_usage
+    assert usage.cores == 2 and usage.widths.get(2, 0) > 0, usage.widths
+    assert set(usage.widths) <= {1, 2}

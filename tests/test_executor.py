@@ -93,7 +93,7 @@ def test_a_run_that_kills_every_worker_is_reported_and_the_others_are_kept(fmnis
     good = [CFG.replace(seed=s, rounds=2) for s in range(2)]
     bad = CFG.replace(rounds=3, algorithm=crash_algorithm.KillsItsWorker())
     with ProcessBackend(workers=2) as backend:
-        with pytest.raises(RunFailedError, match=r"(?s)1 of 3 runs failed .*kills_its_worker seed=0: WorkerDied: a worker "
+        with pytest.raises(RunFailedError, match=r"(?s)1 of 3 runs crashed .*kills_its_worker seed=0: WorkerDied: a worker "
                                                  r"process died each of the 3 times this run was under way on its own"):
             run_many([good[0], bad, good[1]], backend=backend, root=tmp_path, progress=False)
         out = run_many(good, backend=backend, root=tmp_path, progress=False)     # cached: nothing trains

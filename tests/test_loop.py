@@ -318,7 +318,7 @@ def test_process_backend_matches_serial_keeps_its_workers_and_reports_failures(f
             assert_same_history(s, p)
         assert _pids(backend) <= workers                   # run_many kept the caller's pool: same workers
         assert set(backend._pool._processes) == workers
-        with pytest.raises(RunFailedError, match="1 of 2 runs failed"):
+        with pytest.raises(RunFailedError, match="1 of 2 runs diverged"):
             run_many([CFG, DIVERGING], backend=backend, root=tmp_path / "pool", progress=False)
         assert is_cached(CFG, tmp_path / "pool") and not is_cached(DIVERGING, tmp_path / "pool")
 

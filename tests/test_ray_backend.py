@@ -129,7 +129,7 @@ def test_a_killed_worker_costs_only_its_runs_and_one_that_always_kills_is_report
     # group's worker dies in round 1, so the sweep sends its runs again one by one: the good ones and
     # DiesOnce resume from their round-0 checkpoints on this node and finish; DiesAlways kills its
     # worker once more, alone, and is reported.
-    with pytest.raises(RunFailedError, match=r"(?s)1 of 4 runs failed .*dies_always seed=3: WorkerDied: the Ray "
+    with pytest.raises(RunFailedError, match=r"(?s)1 of 4 runs crashed .*dies_always seed=3: WorkerDied: the Ray "
                                              r"worker running it died or its node left, each of the 1 times"):
         run_many(good + [once, always], backend=RayBackend(retries=0), root=tmp_path, progress=False)
     pid = int(marker.read_text())            # DiesOnce really ended a worker process

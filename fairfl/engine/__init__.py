@@ -41,8 +41,8 @@ from .exactness import RUN_THREADS, check_reproducible, cpu_kernels, run_threads
 from .jobs import (Job, Plan, Pool, Predict, Source, Trained, batch_plan, can_batch, fusion_key, schedule_key,
                    set_flat_params)
 from .lockstep import Immediate, Lockstep, Trainer
-from .predict import PREDICT_STACK, chunked, predict_one, predict_stack
+from .predict import PREDICT_STACK, chunked, map_chunks, predict_one, predict_stack
 
 __all__ = ["Immediate", "Job", "Lockstep", "PREDICT_STACK", "Plan", "Pool", "Predict", "RUN_THREADS", "Source", "Trained",
-           "Trainer", "batch_plan", "can_batch", "check_reproducible", "chunked", "cpu_kernels", "execute", "fusion_key",
+           "Trainer", "batch_plan", "can_batch", "check_reproducible", "chunked", "cpu_kernels", "map_chunks", "execute", "fusion_key",
            "predict_one", "predict_stack", "resolve_device", "run_threads", "schedule_key", "set_flat_params"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence, TypeVar
@@ -39,10 +40,10 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _from_env() -> int | None:
-    """``FAIRFL_THREADS``, else ``OMP_NUM_THREADS`` (what a user, a test harness or Ray — which sets it
-    to a task's CPUs — has asked of every threaded library), else None."""
-    for var in (THREADS_ENV, "OMP_NUM_THREADS"):
+def _from_env(omp: bool = True) -> int | None:
+    """``FAIRFL_THREADS``, else (with ``omp``) ``OMP_NUM_THREADS`` (what a user, a test harness or Ray —
+    which sets it to a task's CPUs — has asked of every threaded library), else None."""
+    for var in (THREADS_ENV, "OMP_NUM_THREADS") if omp else (THREADS_ENV,):
         value = os.environ.get(var, "").strip()
         if not value:
             continue
@@ -85,7 +86,9 @@ def threads() -> int:
     """How many threads a computation of this process may use now (at least 1): a pool worker's
     share and what it borrows, else every usable core; never more than an explicit cap
     (:func:`set_threads`, ``FAIRFL_THREADS``), which is honoured even above the core count."""
-    cap = _limit or _from_env()
+    # a pool worker's threads are the pool's to give (its share, what it borrows): OMP_NUM_THREADS, which
+    # it inherits from the process that started the pool, does not cap them
+    cap = _limit or _from_env(omp=_share is None)
     own = _share if _share is not None else (cap or usable_cores())
     if _bank is not None:
         own += _bank.borrow()
@@ -135,6 +138,13 @@ def _pool(size: int) -> ThreadPoolExecutor:
         return _POOL
 
 
+def bind_width(width: Callable[[], int] | None) -> None:
+    """How many threads the calling thread's own computations may use (:func:`parallel` without a
+    ``limit``), e.g. a run of a lockstep group: the group's cores divided among its running runs
+    (``fairfl.engine.lockstep``). None: :func:`threads`."""
+    _local.width = width
+
+
 @contextmanager
 def one_thread() -> Iterator[None]:
     """Compute with :data:`~fairfl.engine.exactness.RUN_THREADS` intra-op threads in the calling
@@ -142,6 +152,23 @@ def one_thread() -> Iterator[None]:
     from .exactness import run_threads
     with run_threads():
         yield
+
+
+# seconds this process spent in parallel() at each width (threads started): the scheduler's record of
+# how many cores a worker's computations used (fairfl.sweeps reports it per sweep; a test reads it)
+_WIDTHS: dict[int, float] = {}
+_WIDTHS_LOCK = threading.Lock()
+
+
+def width_seconds() -> dict[int, float]:
+    """A copy of this process's record: seconds of :func:`parallel` at each width."""
+    with _WIDTHS_LOCK:
+        return dict(_WIDTHS)
+
+
+def _record(width: int, seconds: float) -> None:
+    with _WIDTHS_LOCK:
+        _WIDTHS[width] = _WIDTHS.get(width, 0.0) + seconds
 
 
 def parallel(tasks: Sequence[Callable[[], T]], costs: Sequence[float] | None = None,
@@ -153,11 +180,18 @@ def parallel(tasks: Sequence[Callable[[], T]], costs: Sequence[float] | None = N
     its tasks in that thread."""
     n = len(tasks)
     out: list[Any] = [None] * n
-    width = min(n, limit or threads())
-    if width <= 1 or getattr(_local, "inside", False):
+    own = getattr(_local, "width", None)
+    width = min(n, limit or (own() if own is not None else threads()))
+    if getattr(_local, "inside", False):
+        return [task() for task in tasks]
+    start = time.perf_counter()
+    if width <= 1:
         with one_thread():
-            return [task() for task in tasks]
+            out = [task() for task in tasks]
+        _record(1, time.perf_counter() - start)
+        return out
     order = sorted(range(n), key=lambda i: -costs[i]) if costs is not None else list(range(n))
+    grad = torch.is_grad_enabled()          # thread-local in torch: the caller's no_grad must reach the helpers
     lock = threading.Lock()
     position = iter(order)
     errors: list[BaseException] = []
@@ -171,7 +205,8 @@ def parallel(tasks: Sequence[Callable[[], T]], costs: Sequence[float] | None = N
                     if i is None or errors:
                         return
                 try:
-                    out[i] = tasks[i]()
+                    with torch.set_grad_enabled(grad):
+                        out[i] = tasks[i]()
                 except BaseException as e:  # noqa: BLE001 - raised in the caller
                     with lock:
                         errors.append(e)
@@ -183,6 +218,7 @@ def parallel(tasks: Sequence[Callable[[], T]], costs: Sequence[float] | None = N
         work()
     for h in helpers:
         h.result()
+    _record(width, time.perf_counter() - start)
     if errors:
         raise errors[0]
     return out

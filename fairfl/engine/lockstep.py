@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from . import dispatch
+from . import cores, dispatch
 from .jobs import Job, Predict, Trained
 
 
@@ -22,6 +22,36 @@ class Immediate:
         if isinstance(result, BaseException):
             raise result
         return result
+
+
+class Turns:
+    """A counting semaphore whose size may change while it is held: ``slots`` is a number, or a
+    function read at each acquire (``fairfl.engine.cores.threads``: a pool worker's share grows
+    when it borrows the cores of workers left without work). A smaller size never takes a turn
+    back; it only makes the next acquire wait."""
+
+    def __init__(self, slots: int | Callable[[], int]) -> None:
+        self._size = slots if callable(slots) else (lambda n=max(1, int(slots)): n)
+        self._held = 0
+        self._cond = threading.Condition()
+
+    def acquire(self) -> None:
+        with self._cond:
+            while self._held >= max(1, self._size()):
+                self._cond.wait(0.05)           # the size may grow without anyone releasing
+            self._held += 1
+
+    def release(self) -> None:
+        with self._cond:
+            self._held -= 1
+            self._cond.notify()
+
+    def __enter__(self) -> "Turns":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 class Lockstep:
@@ -46,12 +76,12 @@ class Lockstep:
     contending). A run gives its turn up while it waits for a fused step; the fused step itself
     takes a turn. Which thread computes when never changes a result, only how busy the cores are."""
 
-    def __init__(self, slots: int = 1) -> None:
+    def __init__(self, slots: int | Callable[[], int] = 1) -> None:
         self._cond = threading.Condition()
         self._active = 0
         self._rank: dict[int, int] = {}
         self._waiting: list[tuple[int, Job | Predict, dict]] = []
-        self._turns = threading.BoundedSemaphore(max(1, slots))
+        self._turns = Turns(slots)
         self._holding: set[int] = set()
         self.aborted: BaseException | None = None
         self.flushes = 0            # how many fused executions (for the benchmark's report)
@@ -86,9 +116,13 @@ class Lockstep:
             self._active += 1
 
     def bind(self, rank: int) -> None:
-        """Declare the calling thread to be run ``rank`` of the group."""
+        """Declare the calling thread to be run ``rank`` of the group. Its own computations between
+        fused steps (a model's predictions that do not stack) may use its part of the process's
+        cores, which grows as the group's other runs finish (``fairfl.engine.cores``); a fused step
+        executes while every run waits, and uses them all."""
         with self._cond:
             self._rank[threading.get_ident()] = rank
+        cores.bind_width(lambda: max(1, cores.threads() // max(1, self._active)))
 
     def leave(self) -> None:
         with self._cond:

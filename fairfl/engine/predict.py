@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from .. import stacked as stacked_forward
+from . import cores
 from .jobs import Predict, set_flat_params, unflatten
 
 # At most this many instances share one stacked forward pass of predictions.
@@ -47,13 +48,25 @@ def predict_stack(model: nn.Module, params: Sequence[torch.Tensor], parts: Seque
     chunks of :func:`chunked`, each one forward pass of the stack (``fairfl.stacked``). Every
     instance sees the same chunks, so with m = 1 this is a single model's prediction."""
     m = len(params[0])
-    outs = []
-    for piece in chunked(parts, chunk):
+
+    def one(piece: torch.Tensor) -> torch.Tensor:
         x = piece.unsqueeze(0)
-        outs.append(stacked_forward.forward(model, params, x if m == 1 else x.expand(m, *piece.shape)))
+        return stacked_forward.forward(model, params, x if m == 1 else x.expand(m, *piece.shape))
+    outs = map_chunks(one, parts, chunk)
     if not outs:
         return torch.empty(m, 0, device=parts[0].device if parts else None)
     return torch.cat(outs, 1)
+
+
+def map_chunks(fn, parts: Sequence[torch.Tensor], chunk: int) -> list[torch.Tensor]:
+    """``fn`` of every chunk of the concatenation of ``parts`` (:func:`chunked`), in order. On a CPU the
+    chunks are computed side by side on the threads the caller may use (``fairfl.engine.cores``),
+    each with one intra-op thread: a chunk's logits are its own, the same bits on any thread. The
+    model must not change mode or parameters meanwhile (its callers set both first)."""
+    pieces = list(chunked(parts, chunk))
+    if len(pieces) > 1 and pieces[0].device.type == "cpu":
+        return cores.parallel([lambda p=p: fn(p) for p in pieces], [len(p) for p in pieces])
+    return [fn(p) for p in pieces]
 
 
 # At most this many instances share one stacked forward pass of predictions.
@@ -80,7 +93,7 @@ def predict_one(job: Predict) -> torch.Tensor:
         if stacked_forward.supports(model):
             return predict_stack(model, unflatten(job.params[None], list(model.parameters())), job.inputs, job.chunk)[0]
         set_flat_params(model, job.params)
-        outs = [model(piece) for piece in chunked(job.inputs, job.chunk)]
+        outs = map_chunks(model, job.inputs, job.chunk)
         return torch.cat(outs) if outs else torch.empty(0, device=job.params.device)
     finally:
         model.train(was_training)
