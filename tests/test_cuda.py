@@ -134,3 +134,17 @@ def tensors(x):
     elif isinstance(x, (list, tuple)):
         for v in x:
             yield from tensors(v)
+
+
+@pytest.mark.parametrize("name", ["cnn_fedprox_momentum", "cnn_fedmgda_plus", "mlp_dqnfed", "adult_afl"])
+def test_cuda_graphs_give_the_eager_bits(fmnist, name):
+    # a fused step replayed from a CUDA graph runs the eager step's kernels: one config, one result
+    # on a device, graphs on or off (fairfl.engine.graphs); and no capture fell back
+    from fairfl.engine import graphs
+    config = GROUP[name].replace(device="cuda")
+    with graphs.switched(False):
+        eager = simulate(config, progress=False)
+    with graphs.switched(True):
+        replayed = simulate(config, progress=False)
+    assert not graphs.FAILED, graphs.FAILED
+    assert state(replayed) == state(eager)

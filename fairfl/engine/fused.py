@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from .exactness import exact_stacks, size_is_exact, transposed_is_exact
+from .graphs import index_safe_size
 from .jobs import Job, Trained, flatten, signature, unflatten
 from .stack import Gather, Row, floats_per_sample, sgd_stack, training_losses
 
@@ -32,7 +33,10 @@ def _chunks(rows: list, per_row: int, device: torch.device, exact: Callable[[int
     many discarded copies of its first row pad it), of sizes that ``exact``
     (``fairfl.engine.exactness.size_is_exact``) accepts: ``exactness.exact_stacks`` says how."""
     budget = FUSED_FLOATS["cuda" if device.type == "cuda" else "cpu"]
-    return exact_stacks(rows, min(len(rows), max(1, budget // max(1, 3 * per_row))), exact)
+    # and below 32-bit indexing (graphs.index_safe_size), which the budgets imply today: the bound
+    # stays if a budget is raised
+    size = min(len(rows), max(1, budget // max(1, 3 * per_row)), index_safe_size(per_row))
+    return exact_stacks(rows, size, exact)
 
 
 def train_fused(jobs: Sequence[Job]) -> list[Trained]:

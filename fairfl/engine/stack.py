@@ -216,7 +216,15 @@ def sgd_stack(model, names, w, centre, gather: Gather, steps: int, keys: torch.T
     """SGD on a stack of instances: ``torch.optim.SGD``'s update rule (dampening 0, no Nesterov)
     with each instance's own learning rate, momentum, weight decay and proximal weight.
     ``transposed_is_exact``: where a dense model's weight gradient may be taken the faster way
-    round (``fairfl.engine.exactness.transposed_is_exact``; ``stacked.dense_gradients``)."""
+    round (``fairfl.engine.exactness.transposed_is_exact``; ``stacked.dense_gradients``). On a GPU
+    the steps are replayed from CUDA graphs where they can be (``fairfl.engine.graphs``: the same
+    arithmetic); the CPU path is below."""
+    if w[0].is_cuda:
+        from . import graphs
+        done = graphs.train(model, names, w, centre, gather, steps, keys, hyper, cfg, sum_gradients, first_gradient,
+                            transposed_is_exact)
+        if done is not None:
+            return done
     bufs = [torch.zeros_like(t) for t in w] if cfg.momentum else None
     acc = [torch.zeros_like(t) for t in w] if sum_gradients else None
     first = None
