@@ -10,7 +10,6 @@ import functools
 from typing import Callable, Sequence
 
 import torch
-from torch import nn
 
 from .exactness import exact_stacks, size_is_exact, transposed_is_exact
 from .graphs import index_safe_size
