@@ -70,9 +70,6 @@ def test_exact_cuda_turns_every_tf32_switch_off_readably():
     # cudnn.rnn still read tf32, and on 2.11-2.14 cudnn.allow_tf32 and cudnn.flags() then raised
     switches = fresh("from fairfl.engine.exactness import exact_cuda\nexact_cuda()\n" + textwrap.dedent(READ_SWITCHES))
     assert_exact(switches)
-    readings = fresh("from fairfl.engine.exactness import exact_cuda, cuda_precision\nexact_cuda()\nout = cuda_precision()")
-    assert not any(str(v).startswith("error") for v in readings.values()), readings
-    assert readings["cudnn.flags()"] == "enters"
 
 
 def test_exact_off_leaves_torchs_defaults():

@@ -68,12 +68,14 @@ def test_the_runners_steps_give_the_eager_bits(fmnist, name, momentum, decay, pr
     args = (steps, keys, hyper, cfg, True, True, exactness.transposed_is_exact)
     eager = stack.sgd_stack(model, names, *w(), stack.Gather(rows, torch.device("cpu")), *args)
     start, centre = w()
-    replayed = graphs.train(model, names, start, centre, stack.Gather(rows, torch.device("cpu")), *args, capture=False)
+    replayed = graphs.train(model, names, start, centre, stack.Gather(rows, torch.device("cpu")), *args,
+                            stack.stacked_losses, capture=False)
     for got, want in zip(replayed, eager):
         assert len(got) == len(want)
         for a, b in zip(got, want):
             assert torch.equal(a, b)
-    again = graphs.train(model, names, *w(), stack.Gather(rows, torch.device("cpu")), *args, capture=False)
+    again = graphs.train(model, names, *w(), stack.Gather(rows, torch.device("cpu")), *args, stack.stacked_losses,
+                         capture=False)
     assert all(torch.equal(a, b) for a, b in zip(again[0], replayed[0]))      # a reused runner starts afresh
     assert all(torch.equal(a, b) for a, b in zip(start, unflatten(starts, template)))   # inputs untouched
 

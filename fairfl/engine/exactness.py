@@ -220,50 +220,15 @@ def exact_cuda() -> None:
     if not EXACT:
         return
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # read when cuBLAS starts
-    # The legacy switches first, then each per-operator precision switch explicitly (torch >= 2.9).
-    # Setting only the parent ``cudnn.fp32_precision`` did not reach ``cudnn.conv`` and
-    # ``cudnn.rnn`` on torch 2.11 (TF32 convolutions and LSTM stayed on), and left a mix of the two
-    # APIs that torch refuses to read back: ``cudnn.allow_tf32`` and entering ``cudnn.flags()``
-    # raised (torch 2.11 and 2.14), which torch.compile's convolutions and any cuDNN switch around
-    # an LSTM do. In this order both APIs read "off" (tests/test_exactness.py).
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    for switch in _precision_switches().values():
-        switch.fp32_precision = "ieee"
+    # Legacy switches first, then each per-operator one (torch >= 2.9): the parent cudnn switch alone
+    # left conv and rnn in TF32 on torch 2.11, and a mix of the APIs made cudnn.flags() raise (2.11-2.14)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    for switch in (torch.backends.cuda.matmul, getattr(torch.backends.cudnn, "conv", None),
+                   getattr(torch.backends.cudnn, "rnn", None)):
+        if hasattr(switch, "fp32_precision"):
+            switch.fp32_precision = "ieee"
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
-
-
-def _precision_switches() -> dict:
-    """torch's per-operator float32 precision switches (torch >= 2.9; none on older torch)."""
-    cudnn = torch.backends.cudnn
-    found = {"cuda.matmul": torch.backends.cuda.matmul, "cudnn.conv": getattr(cudnn, "conv", None),
-             "cudnn.rnn": getattr(cudnn, "rnn", None)}
-    return {name: s for name, s in found.items() if s is not None and hasattr(s, "fp32_precision")}
-
-
-def cuda_precision() -> dict[str, object]:
-    """What torch's CUDA precision and determinism switches read now, each by its own name (a
-    switch that cannot be read gives its error's text): what :func:`exact_cuda` sets, read back
-    by ``benchmarks/gpu_check.py`` and the tests."""
-    out: dict[str, object] = {}
-    readers = {"cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
-               "cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
-               **{f"{name}.fp32_precision": (lambda s=s: s.fp32_precision) for name, s in _precision_switches().items()},
-               "cudnn.deterministic": lambda: torch.backends.cudnn.deterministic,
-               "cudnn.benchmark": lambda: torch.backends.cudnn.benchmark,
-               "float32_matmul_precision": torch.get_float32_matmul_precision}
-    for name, read in readers.items():
-        try:
-            out[name] = read()
-        except Exception as e:  # noqa: BLE001 - reported, not raised: what a mixed state reads
-            out[name] = f"error: {type(e).__name__}: {str(e)[:120]}"
-    try:
-        with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled):
-            out["cudnn.flags()"] = "enters"
-    except Exception as e:  # noqa: BLE001
-        out["cudnn.flags()"] = f"error: {type(e).__name__}: {str(e)[:120]}"
-    return out
 
 
 # ----------------------------------------------------------------------------- a dense model's weight gradient

@@ -94,8 +94,8 @@ class Runner:
     """The static state of one stack's local training and its graphs (module text)."""
 
     def __init__(self, model, names, w, hyper: dict, cfg, sum_gradients: bool, first_gradient: bool,
-                 transposed_is_exact: Callable[..., bool] | None, prox: bool):
-        self.model, self.names, self.transposed = model, names, transposed_is_exact
+                 transposed_is_exact: Callable[..., bool] | None, prox: bool, losses: Callable):
+        self.model, self.names, self.transposed, self.losses = model, names, transposed_is_exact, losses
         self.device, self.m = w[0].device, len(w[0])
         self.dense = stacked_forward.dense(model) and not prox
         self.prox = prox
@@ -139,9 +139,8 @@ class Runner:
             with torch.no_grad():
                 grads = stacked_forward.dense_gradients(self.model, self.w, x, y, self.transposed)
         else:
-            from .stack import stacked_losses
             leaves = [t.detach().requires_grad_() for t in self.w]
-            loss = stacked_losses(self.model, self.names, leaves, x, y, (self.keys, self.step), reduction="total")
+            loss = self.losses(self.model, self.names, leaves, x, y, (self.keys, self.step), reduction="total")
             if self.prox:     # (μₖ/2)·‖wₖ − centreₖ‖² for every instance k
                 per = sum(((t - g) ** 2).reshape(len(t), -1).sum(1) for t, g in zip(leaves, self.centre))
                 loss = loss + (self.hyper["half_mu"] * per).sum()
@@ -204,13 +203,16 @@ def _key(model, w, cfg, sum_gradients, first_gradient) -> tuple:
 
 
 def train(model, names, w, centre, gather, steps: int, keys, hyper: dict, cfg, sum_gradients: bool,
-          first_gradient: bool, transposed_is_exact: Callable[..., bool] | None, capture: bool = True):
+          first_gradient: bool, transposed_is_exact: Callable[..., bool] | None, losses: Callable | None = None,
+          capture: bool = True):
     """``fairfl.engine.stack.sgd_stack`` through a :class:`Runner`: its steps replayed from CUDA
     graphs (``capture=False``: run as they would be captured, on any device; the tests' way on a
-    CPU). Returns (parameters, summed gradients, first gradients), or None where graphs are off or
+    CPU). ``losses``: ``stack.stacked_losses``, handed down by its caller (this room sits below
+    ``stack``). Returns (parameters, summed gradients, first gradients), or None where graphs are off or
     their capture failed for this stack (then the caller trains eagerly from the same start)."""
     if not steps or (capture and not enabled()):
         return None
+    model.train()
     key = _key(model, w, cfg, sum_gradients, first_gradient)
     if capture and key in FAILED:
         return None
@@ -218,12 +220,11 @@ def train(model, names, w, centre, gather, steps: int, keys, hyper: dict, cfg, s
         runner = _RUNNERS.pop(key, None)
         if runner is None:
             runner = Runner(model, names, w, hyper, cfg, sum_gradients, first_gradient, transposed_is_exact,
-                            bool(cfg.prox_mu))
+                            bool(cfg.prox_mu), losses)
         _RUNNERS[key] = runner                   # most recently used last
         while len(_RUNNERS) > MAX_RUNNERS:
             _RUNNERS.popitem(last=False)
         runner.load(w, centre, keys, hyper)
-        model.train()
         try:
             for step, (x, y) in zip(range(steps), gather.batches()):
                 if capture:

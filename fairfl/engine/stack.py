@@ -16,6 +16,7 @@ from torch.func import functional_call
 
 from .. import stacked as stacked_forward
 from ..seeding import Stream
+from . import graphs
 from .jobs import LOSS_CHUNK, Plan, Source, signature
 
 # A fused training loop gathers its batches in blocks of consecutive steps of at most this many
@@ -220,9 +221,8 @@ def sgd_stack(model, names, w, centre, gather: Gather, steps: int, keys: torch.T
     the steps are replayed from CUDA graphs where they can be (``fairfl.engine.graphs``: the same
     arithmetic); the CPU path is below."""
     if w[0].is_cuda:
-        from . import graphs
         done = graphs.train(model, names, w, centre, gather, steps, keys, hyper, cfg, sum_gradients, first_gradient,
-                            transposed_is_exact)
+                            transposed_is_exact, stacked_losses)
         if done is not None:
             return done
     bufs = [torch.zeros_like(t) for t in w] if cfg.momentum else None
