@@ -168,7 +168,11 @@ def pip_download(names: list[str], folder: Path) -> None:
            "--python-version", "3.12", "--implementation", "cp", "-d", str(folder)]
     for p in PLATFORMS:
         cmd += ["--platform", p]
-    subprocess.run(cmd + pins, check=True)
+    r = subprocess.run(cmd + pins, capture_output=True, text=True)
+    noise = "is ignored: it is neither a file nor a directory"        # this machine's pip configuration
+    sys.stderr.write("".join(ln + "\n" for ln in (r.stdout + r.stderr).splitlines() if noise not in ln))
+    if r.returncode:
+        raise RuntimeError(f"pip download of {' '.join(pins)} failed (exit {r.returncode})")
 
 
 def build(folder: Path, wheels: bool = True) -> dict:
