@@ -5,7 +5,7 @@
 PY := .venv/bin/python
 PROFILE ?= quick
 
-.PHONY: setup figures test lab unit notebooks benchmark clean-results
+.PHONY: setup figures test lab unit notebooks benchmark clean-results gpu-bundle
 setup:
 	bash scripts/setup.sh
 
@@ -30,6 +30,11 @@ unit: setup
 
 benchmark: setup
 	$(PY) benchmarks/round_speed.py
+
+# What a bare GPU machine lacks for benchmarks/gpu_check.py (wheels for Python 3.12, the data),
+# in the git-ignored .gpu-bundle/ that travels with the repository: README, "On a GPU"
+gpu-bundle: setup
+	$(PY) benchmarks/gpu_bundle.py .gpu-bundle
 
 clean-results:
 	rm -rf results outputs

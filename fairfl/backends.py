@@ -260,6 +260,7 @@ class RayBackend(_Closing):
     or by another fairfl is refused (its cache key differs) rather than cached."""
 
     shares_files = False          # _sweep: ship checkpoints out, entries back
+    trains_here = False           # sweeps.check_devices: the cluster's nodes have the devices, not this driver
     RETRIES = 2
 
     def __init__(self, address: str | None = None, device: str = "cpu", retries: int | None = None,

@@ -54,7 +54,7 @@ def federated_data(config: ExperimentConfig, device: torch.device | str = "cpu")
     runs on one partition loads and splits the data once per worker, and moves it to a GPU once)."""
     key = json.dumps([config.dataset, dict(config.dataset_options), config.to_dict()["partition"]],
                      sort_keys=True, default=str)
-    device = str(torch.device(device))
+    device = memo_device(device)
     with _FEDERATED_LOCK:     # the runs of a lockstep group start in threads
         if (key, "cpu") not in _FEDERATED:
             _remember((key, "cpu"), federate(load_dataset(config.dataset, **dict(config.dataset_options)),
@@ -62,6 +62,16 @@ def federated_data(config: ExperimentConfig, device: torch.device | str = "cpu")
         if (key, device) not in _FEDERATED:
             _remember((key, device), _FEDERATED[(key, "cpu")].to(device))
         return _FEDERATED[(key, device)]
+
+
+def memo_device(device: torch.device | str) -> str:
+    """The full name of the device that tensors moved to ``device`` land on: plain ``"cuda"`` is
+    the calling thread's current GPU, named with its index, so that data moved for GPU 1 is never
+    handed to a run on GPU 0 (a group's threads and a worker's runs may be on different GPUs)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return str(device)
 
 
 def _remember(key: tuple[str, str], fed: FederatedData) -> None:

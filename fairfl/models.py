@@ -17,6 +17,7 @@ import threading
 from typing import Any, Callable, Literal, Mapping
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .errors import ConfigError
@@ -249,8 +250,39 @@ class CharLSTM(nn.Module):
         self.head = nn.Linear(hidden, num_classes)
 
     def forward(self, x):
-        out, _ = self.lstm(self.embed(x))          # (batch, time, hidden)
+        h = self.embed(x)
+        if h.is_cuda and not self.training and torch.is_grad_enabled():
+            # cuDNN's LSTM takes no backward pass in eval mode ("cudnn RNN backward can only be called
+            # in training mode"), and a second-order method's Hessian-vector products (FedNL, FedNew)
+            # differentiate the eval-mode loss twice. The same function, step by step (cuDNN cannot be
+            # switched off for one call: its switch is process-wide, and other runs' threads use it).
+            return self.head(unrolled_lstm(self.lstm, h)[:, -1])
+        out, _ = self.lstm(h)          # (batch, time, hidden)
         return self.head(out[:, -1])
+
+
+def unrolled_lstm(lstm: nn.LSTM, x: torch.Tensor) -> torch.Tensor:
+    """``lstm(x)[0]`` for a unidirectional, batch-first ``nn.LSTM`` without projections or dropout,
+    computed one time step at a time from its parameters (PyTorch's equations: gates i, f, g, o in
+    that order; c' = f·c + i·g, h' = o·tanh(c')), with ordinary operations that can be
+    differentiated any number of times. Equal to ``lstm(x)[0]`` to float tolerance (a different
+    order of additions)."""
+    if not lstm.batch_first or lstm.bidirectional or lstm.proj_size or (lstm.dropout and lstm.training):
+        raise ValueError("unrolled_lstm: only batch-first, unidirectional LSTMs without projections or dropout")
+    out = x
+    for layer in range(lstm.num_layers):
+        w_ih, w_hh = getattr(lstm, f"weight_ih_l{layer}"), getattr(lstm, f"weight_hh_l{layer}")
+        bias = getattr(lstm, f"bias_ih_l{layer}") + getattr(lstm, f"bias_hh_l{layer}") if lstm.bias else None
+        inputs = F.linear(out, w_ih, bias)           # every step's input projection at once: (batch, time, 4·hidden)
+        h = c = out.new_zeros(out.shape[0], lstm.hidden_size)
+        steps = []
+        for x_t in inputs.unbind(1):                 # unbind: no full-size zero gradient per step (GPU anchors)
+            i, f, g, o = (x_t + F.linear(h, w_hh)).chunk(4, dim=1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            steps.append(h)
+        out = torch.stack(steps, 1)
+    return out
 
 
 def _numel(shape: tuple[int, ...]) -> int:

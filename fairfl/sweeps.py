@@ -75,16 +75,39 @@ def run(config: ExperimentConfig, cache: bool = True, root: Path | None = None,
     return history
 
 
-def check_devices(configs: Sequence[ExperimentConfig]) -> None:
-    """Each device the configs train on exists here (``fairfl.engine.resolve_device``), checked
-    before any data is read or cache entry made. (A config was validated when it was made: it is
-    frozen, so it needs no second check.)"""
+def check_devices(configs: Sequence[ExperimentConfig], backend: Backend | None = None) -> None:
+    """Each device the configs train on exists where they train, checked before any data is read
+    or cache entry made: on this machine (``fairfl.engine.resolve_device``) unless ``backend``
+    trains elsewhere (``trains_here = False``: Ray, whose cluster may have GPUs that this driver
+    lacks). Then only the device names are checked here, and CUDA configs need a backend that asks
+    the cluster for GPUs (``RayBackend(device="cuda")``, which names a cluster without one): a task
+    asking for a GPU that no node has would wait for ever. (A config was validated when it was
+    made: it is frozen, so it needs no second check.)"""
     from .engine import resolve_device
+    from .engine.device import parse_device
     bad = [c for c in configs if not isinstance(c, ExperimentConfig)]
     if bad:
         raise ConfigError(f"expected ExperimentConfig objects, got {type(bad[0]).__name__}: {bad[0]!r:.100}")
-    for device in sorted({c.device for c in configs}):
-        resolve_device(device)
+    devices = sorted({c.device for c in configs})
+    if getattr(backend, "trains_here", True):
+        for device in devices:
+            resolve_device(device)
+        return
+    for device in devices:
+        parse_device(device)
+    if any(c.device_type == "cuda" for c in configs) and getattr(backend, "device", "cuda") != "cuda":
+        raise ConfigError(f"{type(backend).__name__}(device={getattr(backend, 'device', None)!r}) gives its tasks no "
+                          "GPU, but some configs train on CUDA: use a backend made with device='cuda'")
+
+
+class _NamesOnly:
+    """A stand-in backend for :func:`check_devices`: check the configs' device names only."""
+
+    trains_here = False
+    device = "cuda"
+
+
+_NAMES_ONLY = _NamesOnly()
 
 
 def _portable(config: ExperimentConfig) -> tuple[dict, str]:
@@ -364,7 +387,7 @@ def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None
     The process backend spawns its workers: from a Python *script* (not a notebook), call
     ``run_many`` under ``if __name__ == "__main__":``, or every worker re-runs the script."""
     configs = list(configs)
-    check_devices(configs)
+    check_devices(configs, _NAMES_ONLY)          # types and device names, before anything is read
     results_folder(root)
     own = backend is None   # a pool made for this call only is closed after it
     device = "cuda" if any(c.device_type == "cuda" for c in configs) else "cpu"
@@ -372,6 +395,7 @@ def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None
         one = sum(not is_cached(c, root) for c in configs) <= 1
         backend = SerialBackend() if one and chosen_backend() is None else default_backend(device)
     try:
+        check_devices(configs, backend)          # the devices exist where the runs train (made lazily: nothing started)
         return _sweep(configs, backend, root, progress, keep_diverged, max_group)
     finally:
         if own and hasattr(backend, "close"):

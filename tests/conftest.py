@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import fcntl
+import os
 import socket
 import tempfile
 from pathlib import Path
@@ -37,7 +38,9 @@ settings.load_profile("fairfl")
 @pytest.fixture(scope="session", autouse=True)
 def fairfl_env(tmp_path_factory):
     """Session-wide data root, results root and offline mode (restored afterwards)."""
-    data = tmp_path_factory.mktemp("fairfl_data")
+    # FAIRFL_TEST_DATA: a prepared data root to use instead (benchmarks/gpu_check.py on a GPU machine,
+    # which has none of the offline copies the loaders stage from: its data root is staged from the bundle)
+    data = Path(os.environ["FAIRFL_TEST_DATA"]) if os.environ.get("FAIRFL_TEST_DATA") else tmp_path_factory.mktemp("fairfl_data")
     results = tmp_path_factory.mktemp("fairfl_results")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FAIRFL_DATA", str(data))

@@ -30,6 +30,22 @@ def test_a_cuda_device_computes_in_full_float32_and_deterministically():
     assert torch.backends.cudnn.conv.fp32_precision == "ieee"
     assert torch.backends.cudnn.rnn.fp32_precision == "ieee"
     assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32   # readable: no API mix
+    with torch.backends.cudnn.flags(enabled=True):
+        pass
+
+
+def test_fednl_and_fednew_differentiate_the_lstm_twice_on_the_gpu(fairfl_env):
+    # cuDNN's LSTM refuses a backward pass in eval mode, where second-order methods take their
+    # Hessian-vector products; the character LSTM takes its unrolled path there (fairfl.models)
+    from fairfl.algorithms.fednew import FedNew
+    from fairfl.algorithms.fednl import FedNL
+    from fairfl.paper import dqnfed_shakespeare_config
+    for algorithm in (FedNL(mu=10.0, hessian_batch=8), FedNew(rho=100.0, hessian_batch=8, cg_iters=3)):
+        config = dqnfed_shakespeare_config(algorithm, roles=2, max_samples=16, rounds=1, track_improved=False)
+        cpu = simulate(config, progress=False)
+        gpu = simulate(config.replace(device="cuda"), progress=False)
+        np.testing.assert_allclose(gpu.train_losses(), cpu.train_losses(), rtol=1e-3, atol=1e-5)
 
 
 def test_dropout_masks_are_the_same_on_cpu_and_gpu():
@@ -118,3 +134,17 @@ def tensors(x):
     elif isinstance(x, (list, tuple)):
         for v in x:
             yield from tensors(v)
+
+
+@pytest.mark.parametrize("name", ["cnn_fedprox_momentum", "cnn_fedmgda_plus", "mlp_dqnfed", "adult_afl"])
+def test_cuda_graphs_give_the_eager_bits(fmnist, name):
+    # a fused step replayed from a CUDA graph runs the eager step's kernels: one config, one result
+    # on a device, graphs on or off (fairfl.engine.graphs); and no capture fell back
+    from fairfl.engine import graphs
+    config = GROUP[name].replace(device="cuda")
+    with graphs.switched(False):
+        eager = simulate(config, progress=False)
+    with graphs.switched(True):
+        replayed = simulate(config, progress=False)
+    assert not graphs.FAILED, graphs.FAILED
+    assert state(replayed) == state(eager)

@@ -9,6 +9,7 @@ and a line its output must contain. A script added later without an entry here f
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,8 @@ SCRIPTS = sorted(p.relative_to(REPO).as_posix() for folder in ("benchmarks", "sc
 # script: (arguments, text its standard output must contain); "{tmp}" is the test's temporary folder
 SMOKE: dict[str, tuple[list[str], str]] = {
     "benchmarks/explore_redraw.py": (["--smoke"], "redraw ("),
+    "benchmarks/gpu_bundle.py": (["--smoke"], "GPU bundle (temporary)"),      # the data part, staged; no wheels
+    "benchmarks/gpu_check.py": (["{tmp}/gpu", "--smoke", "--device", "cpu"], "gpu_check: 5 of 5 sections ok"),
     "benchmarks/minnorm_speed.py": (["--reps", "1"], "speed-up of the fast solver vs cvxpy at m=100"),  # instant
     "benchmarks/ray_throughput.py": (["--smoke"], "| RayBackend"),
     "benchmarks/round_speed.py": (["--smoke"], "sweep throughput ratio vs sequential"),
@@ -69,4 +72,10 @@ def test_script_runs_at_a_tiny_size(script, tmp_path, request):
     output = r.stdout + r.stderr
     assert r.returncode == 0, f"{script} exited with {r.returncode}:\n{output[-4000:]}"
     assert expected in r.stdout, f"{script}'s output lacks {expected!r}:\n{output[-4000:]}"
+    if script == "benchmarks/gpu_check.py":       # its report: every section, in order, ok, in both forms
+        report = json.loads((tmp_path / "gpu" / "gpu_check.json").read_text())
+        assert [s["name"] for s in report["sections"]] == ["env", "tests", "stacked", "round", "profiles"]
+        assert all(s["ok"] and not s.get("error") for s in report["sections"]), report["sections"]
+        text = (tmp_path / "gpu" / "gpu_check.md").read_text()
+        assert text.count("\n## ") == 5 and "FAILED" not in text and "extrapolated" in text
     print(f"{script} {' '.join(args)}: {time.perf_counter() - t0:.1f} s")

@@ -30,7 +30,7 @@ pass per chunk for every run that asks at once.
 
 The rooms: ``jobs`` (what a call asks and gets back, the flat parameter layout, the one rule of
 fusion), ``dispatch`` (:func:`execute`), ``fused`` (the stacked path: cutting into stacks) and
-``stack`` (one stack's steps), ``reference`` (the plain path), ``predict`` (predictions),
+``stack`` (one stack's steps; on a GPU replayed from CUDA graphs, ``graphs``), ``reference`` (the plain path), ``predict`` (predictions),
 ``lockstep`` (how runs meet), ``device`` (:func:`resolve_device`), and ``exactness``: every rule
 that makes a run's bits a function of its config (probes, kernel modes, thread counts), what it
 costs, and how to switch it off for a quick experiment.

@@ -220,12 +220,13 @@ def exact_cuda() -> None:
     if not EXACT:
         return
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # read when cuBLAS starts
-    try:                       # torch >= 2.9 (the older allow_tf32 switches are not to be mixed with these)
-        torch.backends.cuda.matmul.fp32_precision = "ieee"
-        torch.backends.cudnn.fp32_precision = "ieee"      # convolutions and recurrent layers
-    except AttributeError:
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+    # Legacy switches first, then each per-operator one (torch >= 2.9): the parent cudnn switch alone
+    # left conv and rnn in TF32 on torch 2.11, and a mix of the APIs made cudnn.flags() raise (2.11-2.14)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    for switch in (torch.backends.cuda.matmul, getattr(torch.backends.cudnn, "conv", None),
+                   getattr(torch.backends.cudnn, "rnn", None)):
+        if hasattr(switch, "fp32_precision"):
+            switch.fp32_precision = "ieee"
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
 

@@ -10,12 +10,12 @@ import functools
 from typing import Callable, Sequence
 
 import torch
-from torch import nn
 
 from . import cores
 from .exactness import exact_stacks, size_is_exact, transposed_is_exact
+from .graphs import index_safe_size
 from .jobs import Job, Trained, flatten, signature, unflatten
-from .stack import Gather, Row, sgd_stack, training_losses
+from .stack import Gather, Row, floats_per_sample, sgd_stack, training_losses
 
 
 # Memory of one fused step: the instance axis is cut so that a chunk's activations (estimated from
@@ -25,29 +25,7 @@ from .stack import Gather, Row, sgd_stack, training_losses
 # 120 and 0.92 at one run's 10; medians of 4, one thread), and sweep (a) went 101 -> 93 s with it
 # (benchmarks/README). Chunks never change a result (tests/test_engine.py).
 FUSED_FLOATS = {"cpu": 2 ** 23, "cuda": 2 ** 28}
-_ACTIVATIONS: dict[tuple, int] = {}
-
-
-def _floats_per_sample(model: nn.Module, x: torch.Tensor, architecture: tuple) -> int:
-    """Floats of one sample's activations through ``model.net`` (its input included)."""
-    x_shape = tuple(x.shape[1:])
-    key = (architecture, x_shape, x.dtype)
-    if key not in _ACTIVATIONS:
-        total = int(torch.Size(x_shape).numel())
-        net = getattr(model, "net", None)
-        if isinstance(net, nn.Sequential):
-            was = model.training
-            model.eval()
-            with torch.no_grad():
-                h = torch.zeros(1, *x_shape, dtype=x.dtype, device=x.device)
-                for layer in net:
-                    h = layer(h)
-                    total += h.numel()
-            model.train(was)
-        else:
-            total *= 16        # an unknown architecture: a generous guess
-        _ACTIVATIONS[key] = total
-    return _ACTIVATIONS[key]
+_floats_per_sample = floats_per_sample      # the name the engine's tests read
 
 
 def _chunks(rows: list, per_row: int, device: torch.device, exact: Callable[[int], bool],
@@ -57,7 +35,10 @@ def _chunks(rows: list, per_row: int, device: torch.device, exact: Callable[[int
     many discarded copies of its first row pad it), of sizes that ``exact``
     (``fairfl.engine.exactness.size_is_exact``) accepts: ``exactness.exact_stacks`` says how."""
     budget = FUSED_FLOATS["cuda" if device.type == "cuda" else "cpu"]
-    size = min(len(rows), max(1, budget // max(1, 3 * per_row)), -(-len(rows) // max(1, pieces)))
+    # and below 32-bit indexing (graphs.index_safe_size), which the budgets imply today: the bound
+    # stays if a budget is raised
+    size = min(len(rows), max(1, budget // max(1, 3 * per_row)), index_safe_size(per_row),
+               -(-len(rows) // max(1, pieces)))
     return exact_stacks(rows, size, exact)
 
 

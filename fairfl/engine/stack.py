@@ -16,11 +16,54 @@ from torch.func import functional_call
 
 from .. import stacked as stacked_forward
 from ..seeding import Stream
-from .jobs import LOSS_CHUNK, Plan, Source
+from . import graphs
+from .jobs import LOSS_CHUNK, Plan, Source, signature
 
 # A fused training loop gathers its batches in blocks of consecutive steps of at most this many
 # floats (a few MB: well inside a cache, and a block's steps are used at once).
 GATHER_FLOATS = 2 ** 20
+
+# The loss after training (:func:`training_losses`) takes LOSS_CHUNK samples of every instance of a
+# stack at once. On CUDA the stack's instance axis is cut there too, so that one piece's inputs and
+# activations stay below this many floats: CUDA stacks are cut for a training step's batch of b
+# samples (``fairfl.engine.fused.FUSED_FLOATS``), and 512 samples of each of their instances at once
+# came to about 2.2e9 floats for the CNN and for logistic regression at b = 10. On the CPU (None) a
+# stack's loss is one piece, as it always was: its stacks are cut for a cache-sized budget already,
+# and its results are recorded bit for bit (tests/test_golden.py).
+LOSS_FLOATS: dict[str, int | None] = {"cpu": None, "cuda": 2 ** 28}
+_ACTIVATIONS: dict[tuple, int] = {}
+
+
+def floats_per_sample(model, x: torch.Tensor, architecture: tuple | None = None) -> int:
+    """Floats of one sample's activations through ``model.net`` (its input included); for another
+    architecture a generous guess (16 × the input)."""
+    x_shape = tuple(x.shape[1:])
+    key = (architecture if architecture is not None else signature(model), x_shape, x.dtype)
+    if key not in _ACTIVATIONS:
+        total = int(torch.Size(x_shape).numel())
+        net = getattr(model, "net", None)
+        if isinstance(net, torch.nn.Sequential):
+            was = model.training
+            model.eval()
+            with torch.no_grad():
+                h = torch.zeros(1, *x_shape, dtype=x.dtype, device=x.device)
+                for layer in net:
+                    h = layer(h)
+                    total += h.numel()
+            model.train(was)
+        else:
+            total *= 16        # an unknown architecture: a generous guess
+        _ACTIVATIONS[key] = total
+    return _ACTIVATIONS[key]
+
+
+def loss_spans(m: int, samples: int, per_sample: int, budget: int | None) -> list[tuple[int, int]]:
+    """The pieces (lo, hi) of a stack of m instances whose losses are taken together, each piece's
+    ``samples`` samples per instance of ``per_sample`` floats within ``budget`` (None: one piece)."""
+    if budget is None or m == 0:
+        return [(0, m)]
+    span = max(1, budget // max(1, samples * per_sample))
+    return [(lo, min(m, lo + span)) for lo in range(0, m, span)]
 
 
 @dataclass
@@ -85,9 +128,18 @@ class Gather:
                 yield xs[i], ys[i]
             step = end
 
-    def take(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(m, b) indices into each instance's data -> its samples (m, b, ...) and labels (m, b)."""
-        return self._select([(x, y, idx[rows] + offsets) for x, y, rows, offsets in self.groups])
+    def take(self, idx: torch.Tensor, lo: int = 0, hi: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(m, b) indices into each instance's data -> its samples (m, b, ...) and labels (m, b);
+        with ``lo``/``hi``, of instances lo..hi - 1 only, ``idx`` then (hi - lo, b)."""
+        if lo == 0 and hi is None:
+            return self._select([(x, y, idx[rows] + offsets) for x, y, rows, offsets in self.groups])
+        hi = len(self.rows) if hi is None else hi
+        parts = []
+        for x, y, rows, offsets in self.groups:
+            a, b = max(rows.start, lo), min(rows.stop, hi)
+            if a < b:
+                parts.append((x, y, idx[a - lo:b - lo] + offsets[a - rows.start:b - rows.start]))
+        return self._select(parts)
 
     @staticmethod
     def _select(parts, axis: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -140,12 +192,21 @@ def training_losses(model, names, w: list[torch.Tensor], gather: Gather) -> torc
     switch = model.training
     if switch:
         model.eval()
-    n = gather.size
-    total = torch.zeros(len(gather.rows), device=gather.device)
+    n, m = gather.size, len(gather.rows)
+    total = torch.zeros(m, device=gather.device)
+    budget = LOSS_FLOATS.get(gather.device.type)
+    spans = (loss_spans(m, min(n, LOSS_CHUNK), floats_per_sample(model, gather.rows[0].source.x), budget)
+             if budget is not None else [(0, m)])
     for i in range(0, n, LOSS_CHUNK):
-        idx = torch.arange(i, min(n, i + LOSS_CHUNK), device=gather.device).expand(len(gather.rows), -1)
-        x, y = gather.take(idx)
-        total += stacked_losses(model, names, w, x, y, reduction="sum")
+        if len(spans) == 1:
+            idx = torch.arange(i, min(n, i + LOSS_CHUNK), device=gather.device).expand(m, -1)
+            x, y = gather.take(idx)
+            total += stacked_losses(model, names, w, x, y, reduction="sum")
+            continue
+        for lo, hi in spans:
+            idx = torch.arange(i, min(n, i + LOSS_CHUNK), device=gather.device).expand(hi - lo, -1)
+            x, y = gather.take(idx, lo, hi)
+            total[lo:hi] += stacked_losses(model, names, [t[lo:hi] for t in w], x, y, reduction="sum")
     if switch:
         model.train()
     return total / n
@@ -161,7 +222,14 @@ def sgd_stack(model, names, w, centre, gather: Gather, steps: int, keys: torch.T
     """SGD on a stack of instances: ``torch.optim.SGD``'s update rule (dampening 0, no Nesterov)
     with each instance's own learning rate, momentum, weight decay and proximal weight.
     ``transposed_is_exact``: where a dense model's weight gradient may be taken the faster way
-    round (``fairfl.engine.exactness.transposed_is_exact``; ``stacked.dense_gradients``)."""
+    round (``fairfl.engine.exactness.transposed_is_exact``; ``stacked.dense_gradients``). On a GPU
+    the steps are replayed from CUDA graphs where they can be (``fairfl.engine.graphs``: the same
+    arithmetic); the CPU path is below."""
+    if w[0].is_cuda:
+        done = graphs.train(model, names, w, centre, gather, steps, keys, hyper, cfg, sum_gradients, first_gradient,
+                            transposed_is_exact, stacked_losses)
+        if done is not None:
+            return done
     bufs = [torch.zeros_like(t) for t in w] if cfg.momentum else None
     acc = [torch.zeros_like(t) for t in w] if sum_gradients else None
     first = None

@@ -1,0 +1,771 @@
+"""The GPU path in one command: everything a GPU machine should show, in sections that each have
+their own time budget and survive each other's failures, written as ``gpu_check.json`` and
+``gpu_check.md`` into the folder named on the command line (after every section, so that a
+command stopped from outside still leaves what was done).
+
+    python benchmarks/gpu_check.py OUT [--device cuda] [--bundle .gpu-bundle] [--smoke] [--sections ...]
+
+Sections, in order (``--sections`` runs some of them, e.g. those that failed in a first call):
+
+1. ``env``: Python, torch, CUDA and cuDNN, the device (name, memory, multiprocessors), the fairfl
+   commit, the CUDA precision switches as fairfl sets them, and the packages imported;
+2. ``tests``: ``tests/test_cuda.py`` under pytest (its family test left to the next part), then
+   every algorithm family of ``tests/test_engine.py``'s small configs (and every other registered
+   algorithm on its MLP config) trained on the device and on the CPU: the largest difference of
+   training loss, test loss and accuracy per family, against the tolerance of ``test_cuda.py``;
+3. ``stacked``: instance-steps per second of one stacked local-training call through the engine
+   (``fairfl.engine.execute``: plans, gathers, steps, as a run calls it) for the CNN (b = 10 and
+   64), FMOL's LeNet (one head), the MLP, logistic regression (N = 10, 100, 600, 3,000 instances)
+   and the character LSTM (the reference path, N = 10), eager and replayed from CUDA graphs,
+   beside the anchors of ``../shared/GPU-ANCHORS.md``; the stack sizes the exactness probe
+   accepted; and the same with ``FAIRFL_EXACT=0`` (a child process) for three models;
+4. ``round``: the reference round (FedMGDA+ Table 3's CNN, 100 clients, 10 per round, b = 10):
+   seconds per round of one run and of notebook 01's 60-run sweep in lockstep, beside pfl's
+   1.30-1.40 s on an H100;
+5. ``profiles``: every notebook's ``paper`` profile — its sweeps read by executing the notebook's
+   cells with the training calls intercepted, the first rounds of each sweep trained on the
+   device and timed, and the profile's time EXTRAPOLATED from its counted client steps (never
+   measured end to end); Shakespeare setup 1 apart: a few roles' first round, extrapolated to one
+   run and to the set.
+
+``--bundle`` checks the bundle of ``benchmarks/gpu_bundle.py`` against its manifest and stages its
+data into a data root (``--data``, default a temporary folder), used as ``FAIRFL_DATA`` here and
+by the tests. ``--smoke --device cpu`` runs every section at a tiny size in well under a minute
+(``tests/test_scripts.py``), so the script cannot rot while no GPU is at hand; its numbers mean
+nothing. The budgets add up to 400 s, inside the 7 minutes the check is given on one H100 (sized
+from the anchors' rates); a section that runs out of budget skips its remaining items and says so.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "benchmarks"))
+
+SECTIONS = ("env", "tests", "stacked", "round", "profiles")
+# seconds per section on one H100 (400 s in all, inside the 7 minutes the check is given), and --smoke
+BUDGETS = {"env": 20, "tests": 150, "stacked": 110, "round": 45, "profiles": 75}
+SMOKE_BUDGETS = {"env": 30, "tests": 60, "stacked": 30, "round": 30, "profiles": 60}   # caps, not what it takes
+
+# ../shared/GPU-ANCHORS.md: a plain torch.func probe on one H100 (instance-steps/s), and the targets
+ANCHORS = {
+    ("cnn_fmnist", 10): {"one eager": 426, "one graph": 5_617, "stacked best": 105_000, "target": 200_000},
+    ("cnn_fmnist", 64): {"one eager": 707, "one graph": 4_285, "stacked best": 21_000},
+    ("multi_lenet", 10): {"one eager": 419, "one graph": 5_264, "stacked best": 105_000},
+    ("mlp2", 10): {"one eager": 781, "one graph": 12_496, "stacked best": 380_000, "target": 380_000},
+    ("logreg", 10): {"one eager": 1_105, "one graph": 34_008, "stacked best": 6_500_000, "target": 6_500_000},
+    ("lstm_shakespeare", 10): {"one eager": 116, "one graph": 601, "stacked best": 1_856, "target": 1_900},
+}
+PFL_ROUND = (1.30, 1.40)            # pfl-research 0.6.0's reference round on one H100, seconds
+# tests/test_cuda.py's tolerance for a run on the GPU against the CPU
+RTOL, ATOL, ACC_ATOL = 1e-3, 1e-5, 0.01
+
+
+class OutOfBudget(Exception):
+    """A section's time budget is spent: its remaining items are skipped."""
+
+
+class Context:
+    def __init__(self, args, out: Path):
+        self.args, self.out = args, out
+        self.smoke, self.device = args.smoke, args.device
+        self.report = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "device": args.device,
+                       "smoke": args.smoke, "sections": []}
+        self.deadline = math.inf
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def check_budget(self, what: str) -> None:
+        if self.left() <= 0:
+            raise OutOfBudget(f"budget spent before {what}")
+
+    def sync(self) -> None:
+        if self.device.startswith("cuda"):
+            import torch
+            torch.cuda.synchronize()
+
+    def write(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "gpu_check.json").write_text(json.dumps(self.report, indent=1, default=str))
+        (self.out / "gpu_check.md").write_text(markdown(self.report))
+
+
+# ----------------------------------------------------------------------------- 1. environment
+
+def section_env(ctx: Context) -> dict:
+    import torch
+    from fairfl.engine import resolve_device
+    out = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+           "torch": torch.__version__, "cuda (torch built for)": torch.version.cuda,
+           "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+           "cuda available": torch.cuda.is_available(), "commit": commit(ctx.args.bundle),
+           "FAIRFL_EXACT": os.environ.get("FAIRFL_EXACT", "1"), "FAIRFL_DATA": os.environ.get("FAIRFL_DATA")}
+    device = resolve_device(ctx.device)           # sets the exactness switches on CUDA
+    out["device"] = str(device)
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        out.update({"device name": p.name, "memory GiB": round(p.total_memory / 2 ** 30, 1),
+                    "multiprocessors": p.multi_processor_count, "capability": f"{p.major}.{p.minor}",
+                    "devices": torch.cuda.device_count()})
+    out["precision switches"] = precision_switches()
+    graphs = _graphs()
+    out["cuda graphs"] = "not built" if graphs is None else ("on" if graphs.enabled() else "off")
+    out["packages"] = packages()
+    return out
+
+
+def precision_switches() -> dict:
+    """What torch's CUDA precision and determinism switches read now (fairfl.engine.exactness sets
+    them when a CUDA device is resolved); a switch that cannot be read gives its error."""
+    import torch
+    b = torch.backends
+    readers = {"cuda.matmul.allow_tf32": lambda: b.cuda.matmul.allow_tf32, "cudnn.allow_tf32": lambda: b.cudnn.allow_tf32,
+               "cudnn.deterministic": lambda: b.cudnn.deterministic, "cudnn.benchmark": lambda: b.cudnn.benchmark,
+               "float32_matmul_precision": torch.get_float32_matmul_precision}
+    for name, switch in (("cuda.matmul", b.cuda.matmul), ("cudnn.conv", getattr(b.cudnn, "conv", None)),
+                         ("cudnn.rnn", getattr(b.cudnn, "rnn", None))):
+        if hasattr(switch, "fp32_precision"):
+            readers[f"{name}.fp32_precision"] = lambda s=switch: s.fp32_precision
+
+    def enter():
+        with b.cudnn.flags(enabled=b.cudnn.enabled):
+            return "enters"
+    readers["cudnn.flags()"] = enter
+    out = {}
+    for name, read in readers.items():
+        try:
+            out[name] = read()
+        except Exception as e:  # noqa: BLE001 - what a mixed state reads
+            out[name] = f"error: {type(e).__name__}: {str(e)[:120]}"
+    return out
+
+
+def commit(bundle: str | None) -> str:
+    try:
+        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
+        if r.returncode == 0:
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                                   capture_output=True, text=True, timeout=10).stdout.strip()
+            return r.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    if bundle and (Path(bundle) / "MANIFEST.json").is_file():
+        return json.loads((Path(bundle) / "MANIFEST.json").read_text()).get("commit", "unknown") + " (the bundle's)"
+    return "unknown (no git here, no bundle)"
+
+
+def packages() -> dict[str, str]:
+    """The installed distributions of the modules imported so far (but the standard library's)."""
+    import importlib.metadata as md
+    names = md.packages_distributions()
+    out = {}
+    for top in sorted({m.split(".")[0] for m in list(sys.modules)}):
+        for dist in names.get(top, []):
+            with contextlib.suppress(md.PackageNotFoundError):
+                out[dist] = md.version(dist)
+    return out
+
+
+# ----------------------------------------------------------------------------- 2. tests and families
+
+def section_tests(ctx: Context) -> dict:
+    out = {}
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    if os.environ.get("FAIRFL_DATA"):
+        env["FAIRFL_TEST_DATA"] = os.environ["FAIRFL_DATA"]     # the tests' data root: the staged one
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cuda.py",
+           "-k", "not every_family"]                             # the families: below, with their numbers
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=max(10.0, ctx.left() * (0.6 if not ctx.smoke else 0.7)))
+        text, code = r.stdout + r.stderr, r.returncode
+    except subprocess.TimeoutExpired as e:
+        text, code = ((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")), "timeout"
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    out["test_cuda.py"] = {"command": " ".join(cmd[1:]), "exit": code, "summary": lines[-1] if lines else "",
+                           "seconds": round(time.perf_counter() - t0, 1), "output tail": text[-4000:]}
+    out["families"] = families(ctx)
+    bad = [f for f, r in out["families"].items() if r.get("ok") is False or "error" in r]
+    out["ok"] = code == 0 and not bad
+    return out
+
+
+def families(ctx: Context) -> dict:
+    """Every family of tests/test_engine.py's GROUP, and every other registered algorithm on its
+    MLP config, trained on the device and on the CPU: the largest differences."""
+    import numpy as np
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_engine import GROUP, MLP
+    from fairfl.algorithms.base import ALGORITHMS, make_algorithm
+    from fairfl.loop import simulate
+    configs = dict(GROUP)
+    covered = {c.algorithm.name for c in configs.values()}
+    for name in sorted(set(ALGORITHMS) - covered):
+        with contextlib.suppress(Exception):          # one that cannot train the MLP by default: not listed
+            configs[f"mlp_{name}_defaults"] = MLP.replace(algorithm=make_algorithm(name))
+    if ctx.smoke:                     # two of the quick ones
+        configs = {k: configs[k] for k in ("adult_afl",)}
+    out = {}
+    for name, config in configs.items():
+        if ctx.left() <= 0:
+            out[name] = {"skipped": "budget spent"}
+            continue
+        try:
+            t0 = time.perf_counter()
+            cpu = simulate(config, progress=False)
+            t1 = time.perf_counter()
+            dev = simulate(config.replace(device=ctx.device), progress=False)
+            t2 = time.perf_counter()
+            pairs = {"train loss": (dev.train_losses(), cpu.train_losses()),
+                     "test loss": (np.asarray(dev.test_loss, float), np.asarray(cpu.test_loss, float)),
+                     "accuracy": (np.asarray(dev.mean_acc(), float), np.asarray(cpu.mean_acc(), float))}
+            same = len(dev.sampled) == len(cpu.sampled) and all(np.array_equal(a, b) for a, b in zip(dev.sampled, cpu.sampled))
+            row = {"cpu s": round(t1 - t0, 2), "device s": round(t2 - t1, 2), "same clients": same}
+            ok = row["same clients"]
+            for what, (a, b) in pairs.items():
+                a, b = np.asarray(a, float), np.asarray(b, float)
+                diff = np.abs(a - b)
+                row[f"max |Δ| {what}"] = float(np.nanmax(diff)) if diff.size else 0.0
+                if what == "accuracy":
+                    ok &= bool(np.all((diff <= ACC_ATOL) | (np.isnan(a) & np.isnan(b))))
+                else:
+                    ok &= bool(np.allclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True))
+            row["ok"] = ok
+            out[name] = row
+        except Exception as e:  # noqa: BLE001 - reported per family
+            out[name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
+    return out
+
+
+# ----------------------------------------------------------------------------- 3. stacked step
+
+def _graphs():
+    try:
+        from fairfl.engine import graphs
+        return graphs
+    except ImportError:
+        return None
+
+
+def stacked_items(smoke: bool) -> list[tuple[str, int, int]]:
+    """(model, batch size, N): the most telling first (a budget cuts the tail)."""
+    if smoke:
+        return [("cnn_fmnist", 10, 2), ("mlp2", 10, 4), ("logreg", 10, 4), ("multi_lenet", 10, 2),
+                ("lstm_shakespeare", 10, 1)]
+    items = [("cnn_fmnist", 10, n) for n in (10, 600, 100, 3000)]
+    items += [("lstm_shakespeare", 10, 10)]                   # the reference path: one instance at a time
+    items += [("mlp2", 10, n) for n in (10, 3000, 600, 100)]
+    items += [("logreg", 10, n) for n in (10, 3000, 600, 100)]
+    items += [("multi_lenet", 10, n) for n in (10, 600)]
+    items += [("cnn_fmnist", 64, n) for n in (10, 600)]
+    return items
+
+
+def model_and_data(name: str, n: int, device):
+    """A model of this name (FMOL's LeNet as its first objective's view) and n random samples."""
+    import torch
+    from fairfl.models import build_model, objective_view
+    g = torch.Generator().manual_seed(0)
+    if name == "lstm_shakespeare":
+        model = build_model(name, (80,), 81, seed=0)
+        x, y = torch.randint(0, 81, (n, 80), generator=g), torch.randint(0, 81, (n,), generator=g)
+    elif name == "multi_lenet":
+        model = objective_view(build_model(name, (1, 36, 36), 10, seed=0, tasks=2), 0)
+        x, y = torch.randn(n, 1, 36, 36, generator=g), torch.randint(0, 10, (n,), generator=g)
+    else:
+        model = build_model(name, (1, 28, 28), 10, seed=0)
+        x, y = torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g)
+    return model.to(device), x.to(device), y.to(device)
+
+
+def step_rate(name: str, b: int, n_inst: int, steps: int, device, reps: int, warm: bool = True) -> float:
+    """Instance-steps per second of one local-training call of n_inst instances, ``steps`` steps of
+    b samples each, through the engine (the best of ``reps``, after one untimed call if ``warm``)."""
+    import torch
+    from fairfl import LocalTraining
+    from fairfl.client import flat_params
+    from fairfl.engine import Job, Source, execute
+    from fairfl.seeding import Stream
+    model, x, y = model_and_data(name, steps * b, device)
+    start = flat_params(model).to(device)
+    source = Source(x, y, 0, len(y))
+    local = LocalTraining(epochs=1, batch_size=b, lr=0.01)
+    times = []
+    for rep in range(reps + 1 if warm else reps):
+        t0 = time.perf_counter()
+        job = Job(model, start.expand(n_inst, -1).clone(), [source] * n_inst,
+                  [Stream(rep, 0, k) for k in range(n_inst)], local, batched=name != "lstm_shakespeare")
+        execute([job])
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if rep or not warm:
+            times.append(time.perf_counter() - t0)
+    return n_inst * steps / min(times)
+
+
+def section_stacked(ctx: Context) -> dict:
+    import torch
+    from fairfl.engine import exactness
+    device = torch.device(ctx.device)
+    graphs = _graphs()
+    modes = ["eager"] + (["graphs"] if graphs is not None and device.type == "cuda" else [])
+    steps, reps = (2, 1) if ctx.smoke else (20, 2)
+    wanted = ctx.args.items
+    rows = []
+    for name, b, n in stacked_items(ctx.smoke):
+        if wanted and f"{name}:{b}" not in wanted:
+            continue
+        row = {"model": name, "b": b, "N": n, "steps": steps}
+        for mode in modes:
+            if ctx.left() <= 0:
+                row[mode] = "skipped: budget spent"
+                continue
+            seen = dict(exactness._EXACT_SIZES)
+            try:
+                with (graphs.switched(mode == "graphs") if graphs is not None else contextlib.nullcontext()):
+                    row[mode] = round(step_rate(name, b, n, steps if name != "lstm_shakespeare" else min(steps, 5),
+                                                device, reps, warm=not ctx.smoke))
+            except Exception as e:  # noqa: BLE001 - reported per item
+                row[mode] = f"error: {type(e).__name__}: {str(e)[:300]}"
+                row.setdefault("traceback", traceback.format_exc()[-1500:])
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            new = {m: ok for (key, m), ok in exactness._EXACT_SIZES.items() if ((key, m)) not in seen}
+            if new:
+                row.setdefault("probed sizes", {}).update({str(m): ok for m, ok in sorted(new.items())})
+        anchor = ANCHORS.get((name, b), {})
+        row["anchor (one eager / one graph / stacked best)"] = " / ".join(
+            f"{anchor[k]:,}" for k in ("one eager", "one graph", "stacked best") if k in anchor)
+        if "target" in anchor:
+            row["target"] = anchor["target"]
+        rows.append(row)
+        ctx.report.setdefault("partial", {})["stacked"] = rows
+    out = {"rows": rows, "exact": exactness.EXACT}
+    accepted: dict[str, list] = {}
+    for (key, m), ok in sorted(exactness._EXACT_SIZES.items(), key=lambda kv: kv[0][1]):
+        accepted.setdefault(str(key[0][0] if isinstance(key[0], tuple) else key[0])[:60], []).append((m, ok))
+    out["sizes probed (size, exact) per architecture"] = accepted
+    if exactness.EXACT and not ctx.args.child and ctx.left() > 8:
+        child = inexact_child(ctx)
+        for other in child.get("rows", []):          # beside the exact rates, in the same rows
+            for row in rows:
+                if (row["model"], row["b"], row["N"]) == (other["model"], other["b"], other["N"]):
+                    for mode in modes:
+                        row[f"{mode}, FAIRFL_EXACT=0"] = other.get(mode, "")
+        if "error" in child:
+            out["FAIRFL_EXACT=0"] = child
+    return out
+
+
+def inexact_child(ctx: Context) -> dict:
+    """The stacked rates of three models with FAIRFL_EXACT=0, in a child process (the switch is
+    read at import): no probes, TF32 where torch defaults to it."""
+    items = ["mlp2:10"] if ctx.smoke else ["cnn_fmnist:10", "mlp2:10", "logreg:10"]
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, str(Path(__file__).resolve()), tmp, "--sections", "stacked", "--device", ctx.device,
+               "--child", "--items", *items, "--stacked-budget", str(max(5, int(ctx.left() - 5)))]
+        if ctx.smoke:
+            cmd.append("--smoke")
+        try:
+            r = subprocess.run(cmd, cwd=REPO, env={**os.environ, "FAIRFL_EXACT": "0"}, capture_output=True,
+                               text=True, timeout=max(10.0, ctx.left()))
+        except subprocess.TimeoutExpired:
+            return {"error": "the child process ran out of time"}
+        path = Path(tmp) / "gpu_check.json"
+        if not path.is_file():
+            return {"error": f"exit {r.returncode}: {(r.stdout + r.stderr)[-1500:]}"}
+        child = json.loads(path.read_text())
+    sec = next((s for s in child["sections"] if s["name"] == "stacked"), None)
+    if sec is None or sec.get("error"):
+        return {"error": (sec or {}).get("error", "no stacked section")}
+    return {"rows": sec["result"]["rows"]}
+
+
+# ----------------------------------------------------------------------------- 4. reference round
+
+def reference_configs(smoke: bool, rounds: int, runs: int):
+    """FedMGDA+ Table 3's CNN on 100 clients (10 per round, b = 10): notebook 01's grid, 2
+    partitions × 6 values of ε × 5 seeds = 60 runs (--smoke: on mnist_5k, 20 clients, 2 a round)."""
+    from sweep_speed import sweep_a
+    configs = []
+    for seed in range(5):
+        configs += [c.replace(seed=seed, rounds=rounds, eval_every=rounds) for c in sweep_a(rounds)[::2]]
+    if smoke:
+        configs = [c.replace(dataset="mnist_5k", partition=dataclasses.replace(c.partition, num_clients=20),
+                             clients_per_round=2) for c in configs]
+    return configs[:runs]
+
+
+def section_round(ctx: Context) -> dict:
+    from fairfl.loop import simulate
+    from fairfl.sweeps import SerialBackend, run_many
+    rounds = 2 if ctx.smoke else 6
+    one = reference_configs(ctx.smoke, rounds, 1)[0].replace(device=ctx.device)
+    t0 = time.perf_counter()
+    h = simulate(one, progress=False)
+    wall = time.perf_counter() - t0
+    inner = h.round_time[1:-1] or h.round_time          # without round 0 (probes, first kernels) and the last (evaluation)
+    per = statistics.median(inner)
+    out = {"one run": {"config": one.label(), "rounds": rounds, "wall s": round(wall, 2),
+                       "seconds per round (median, rounds 1..R-2)": round(per, 4),
+                       "vs pfl on an H100 (1.30-1.40 s)": f"{PFL_ROUND[0] / per:.0f}-{PFL_ROUND[1] / per:.0f}x faster"}}
+    ctx.report.setdefault("partial", {})["round"] = out
+    ctx.check_budget("the 60-run sweep")
+    runs = 2 if ctx.smoke else 60
+    sweep_rounds = 2 if ctx.smoke else 3
+    configs = [c.replace(device=ctx.device) for c in reference_configs(ctx.smoke, sweep_rounds, runs)]
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        histories = run_many(configs, backend=SerialBackend(), root=Path(tmp), progress=False)
+        wall = time.perf_counter() - t0
+    second = [hh.round_time[1] for hh in histories if len(hh.round_time) > 1]
+    out[f"{runs}-run sweep"] = {"rounds": sweep_rounds, "wall s": round(wall, 2),
+                                "seconds per round of the sweep (median of the runs' round 1)":
+                                    round(statistics.median(second), 4) if second else None,
+                                "instance-steps per round": runs * configs[0].num_sampled * 48}
+    return out
+
+
+# ----------------------------------------------------------------------------- 5. paper profiles
+
+class _Captured(Exception):
+    """Raised by the intercepted training calls once a notebook's sweep is recorded."""
+
+
+NOTEBOOK_CELL_SECONDS = 20     # a cell that computes for longer (not through the sweeps) is interrupted
+
+
+def capture_sweeps(notebook: Path, profile: str, device: str) -> tuple[list[list], list[str]]:
+    """The sweeps a notebook asks for under ``profile``: its code cells executed in order, with
+    ``fairfl.sweeps.run_many`` and ``run`` intercepted (they record their configs and raise, so
+    nothing trains; the cells that need their results fail and are skipped). Sweeps built from
+    the results of earlier ones are not reached. Returns the sweeps and the cells' errors."""
+    import fairfl.sweeps as sweeps
+    nb = json.loads(notebook.read_text())
+    found, errors = [], []
+
+    def fake_many(configs, *a, **k):
+        configs = list(configs)
+        if configs:
+            found.append(configs)
+        raise _Captured
+
+    def fake_run(config, *a, **k):
+        found.append([config])
+        raise _Captured
+
+    def alarm(*_):
+        raise TimeoutError(f"cell ran over {NOTEBOOK_CELL_SECONDS} s")
+
+    real = sweeps.run_many, sweeps.run
+    sweeps.run_many, sweeps.run = fake_many, fake_run
+    import fairfl.notebook as notebook_module
+    real_save = notebook_module.Session.save
+    notebook_module.Session.save = lambda self, fig, name: None       # no figure is drawn to the disk
+    os.environ["FAIRFL_DEVICE"] = device
+    namespace = {"__name__": "__notebook__"}
+    old = signal.signal(signal.SIGALRM, alarm)
+    try:
+        for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
+            source = "".join(cell["source"])
+            source = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+            signal.alarm(NOTEBOOK_CELL_SECONDS)
+            try:
+                exec(compile(sweep_statements(source), f"{notebook.name}[{i}]", "exec"), namespace)
+            except _Captured:
+                pass
+            except BaseException as e:  # noqa: BLE001 - a cell that needs results, or any other: skipped
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                errors.append(f"cell {i}: {type(e).__name__}: {str(e)[:120]}")
+            finally:
+                signal.alarm(0)
+            if "parameters" in cell.get("metadata", {}).get("tags", []):
+                namespace["profile"] = profile
+    finally:
+        signal.signal(signal.SIGALRM, old)
+        sweeps.run_many, sweeps.run = real
+        notebook_module.Session.save = real_save
+        os.environ.pop("FAIRFL_DEVICE", None)
+        with contextlib.suppress(Exception):
+            import matplotlib.pyplot as plt
+            plt.close("all")
+    return found, errors
+
+
+_TRAINS = (".sweep(", "run_many(", "run(")
+
+
+def sweep_statements(source: str):
+    """A cell's statements that can lead to a sweep: imports, definitions, assignments, and any
+    statement whose text calls a sweep; the others (figures, tables, printing) are left out, so
+    that reading a notebook's sweeps costs seconds, not its analysis."""
+    import ast
+    tree = ast.parse(source)
+    keep = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign, ast.AugAssign)
+    tree.body = [node for node in tree.body
+                 if isinstance(node, keep) or any(t in ast.get_source_segment(source, node) for t in _TRAINS)]
+    return tree
+
+
+_SIZES: dict[str, list[int]] = {}
+
+
+def client_steps(config) -> float:
+    """Client SGD steps of one round of ``config``: sampled clients × the mean steps of a client
+    (its training samples, batch size, epochs or steps) over the clients it samples from."""
+    from fairfl.loop import federated_data
+    key = json.dumps([config.dataset, dict(config.dataset_options), config.to_dict()["partition"]], sort_keys=True,
+                     default=str)
+    if key not in _SIZES:
+        _SIZES[key] = [c.num_train for c in federated_data(config).clients]
+    sizes = _SIZES[key]
+    if config.eligible_clients:
+        sizes = [sizes[i] for i in config.eligible_clients]
+    local = config.local
+    per = [local.steps if local.steps is not None else
+           local.epochs * (math.ceil(n / local.batch_size) if local.batch_size else 1) for n in sizes]
+    return config.num_sampled * statistics.fmean(per)
+
+
+def section_profiles(ctx: Context) -> dict:
+    """Every notebook's sweeps under the profile (paper; smoke with --smoke), each counted, the
+    first rounds of each timed on the device (its first 64 runs, in lockstep), and the whole
+    sweep's time extrapolated from its counted client steps at that rate; a sweep left untimed
+    by the budget takes the rate of a timed sweep of the same model and batch size."""
+    from fairfl.sweeps import SerialBackend, run_many
+    profile = "smoke" if ctx.smoke else "paper"
+    notebooks = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    rows, per_notebook, shakespeare = [], {}, []
+    out = {"profile": profile, "note": "EXTRAPOLATED from counted client steps at the rate of each sweep's first "
+           "rounds on this device (evaluations included); not measured end to end", "sweeps": rows,
+           "per notebook": per_notebook}
+    rounds = 1
+    reserve = 0.25 * ctx.left()           # for Shakespeare setup 1, after the notebooks
+    rates: dict[tuple, float] = {}        # (model, batch size) -> client steps/s measured
+    for nb in notebooks:
+        if ctx.left() <= reserve:
+            per_notebook[nb.stem] = {"sweeps found": "not read: budget spent"}
+            continue
+        found, errors = capture_sweeps(nb, profile, ctx.device)
+        per_notebook[nb.stem] = {"sweeps found": len(found), "cells skipped (first 3)": "; ".join(errors[:3])}
+        for j, configs in enumerate(found):
+            c0 = configs[0]
+            row = {"notebook": nb.stem[:2], "sweep": j, "runs": len(configs), "rounds": c0.rounds, "dataset": c0.dataset,
+                   "model": c0.model, "b": c0.local.batch_size}
+            rows.append(row)
+            if c0.dataset == "shakespeare":
+                shakespeare.append(configs)
+                row["note"] = "Shakespeare setup 1: below"
+                continue
+            if ctx.smoke and (any("timed s" in r for r in rows) or c0.model not in ("logreg", "mlp2")):
+                row["note"] = "smoke: one small sweep is counted and timed"
+                continue
+            try:
+                steps = sum(c.rounds * client_steps(c) for c in configs)
+                row["client steps"] = round(steps)
+                if ctx.left() > reserve:
+                    sub = [c.replace(rounds=rounds, eval_every=rounds) for c in configs[:1 if ctx.smoke else 64]]
+                    counted = sum(rounds * client_steps(c) for c in sub)
+                    with tempfile.TemporaryDirectory() as tmp:
+                        t0 = time.perf_counter()
+                        run_many(sub, backend=SerialBackend(), root=Path(tmp), progress=False)
+                        wall = time.perf_counter() - t0
+                    rate = rates[(c0.model, c0.local.batch_size)] = counted / wall
+                    row.update({"timed runs × rounds": f"{len(sub)} × {rounds}", "timed s": round(wall, 2),
+                                "client steps/s": round(rate), "extrapolated s": round(steps / rate, 1)})
+                elif (c0.model, c0.local.batch_size) in rates:
+                    row["extrapolated s"] = round(steps / rates[(c0.model, c0.local.batch_size)], 1)
+                    row["note"] = "not timed (budget): the rate of a timed sweep of this model and b"
+                else:
+                    row["note"] = "not timed: budget spent"
+            except Exception as e:  # noqa: BLE001 - reported per sweep
+                row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                out["ok"] = False
+        per_notebook[nb.stem]["extrapolated s"] = round(sum(r.get("extrapolated s", 0.0) for r in rows
+                                                            if r["notebook"] == nb.stem[:2]), 1)
+        ctx.report.setdefault("partial", {})["profiles"] = out
+    out["extrapolated s, every profile but Shakespeare"] = round(sum(r.get("extrapolated s", 0.0) for r in rows), 1)
+    out["sweeps without an estimate"] = sum("extrapolated s" not in r and r["dataset"] != "shakespeare" for r in rows)
+    try:
+        out["Shakespeare setup 1"] = shakespeare_estimate(ctx, shakespeare)
+    except Exception as e:  # noqa: BLE001 - reported; the notebooks' estimates stand
+        out["Shakespeare setup 1"] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
+        out["ok"] = False
+    return out
+
+
+def shakespeare_estimate(ctx: Context, captured: list[list]) -> dict:
+    """DQN-Fed's Shakespeare setup 1 (its notebook's sweep, else 30 runs of the paper's setting):
+    one run trained for one round on its first few roles, its rate extrapolated by counted client
+    steps to one whole run and to the set."""
+    from fairfl.algorithms.dqnfed import DQNFed
+    from fairfl.loop import simulate
+    from fairfl.paper import dqnfed_shakespeare_config
+    ctx.check_budget("Shakespeare setup 1")
+    configs = [c for sweep in captured for c in sweep] or [dqnfed_shakespeare_config(DQNFed(), roles=31,
+                                                                                     max_samples=2000, rounds=500)] * 30
+    first = configs[0]
+    roles = 2 if ctx.smoke else 4          # its first roles (the partition is LEAF's natural one, by role)
+    part = first.replace(partition=dataclasses.replace(first.partition, num_clients=roles), rounds=1, eval_every=1,
+                         track_improved=False, device=ctx.device)
+    if ctx.smoke:
+        part = part.replace(dataset_options={**dict(first.dataset_options), "max_samples": 16})
+    t0 = time.perf_counter()
+    simulate(part, progress=False)
+    wall = time.perf_counter() - t0
+    rate = client_steps(part) / wall
+    one = first.rounds * client_steps(first) / rate
+    total = sum(c.rounds * client_steps(c) for c in configs) / rate
+    return {"timed": f"{roles} roles of {first.label()}, 1 round (its evaluations included)", "timed s": round(wall, 2),
+            "client steps/s": round(rate, 1), "one run": f"{first.partition.num_clients} roles, {first.rounds} rounds",
+            "one run, extrapolated s": round(one), "runs in the set": len(configs),
+            "the set, extrapolated h (one GPU)": round(total / 3600, 1)}
+
+
+# ----------------------------------------------------------------------------- the report
+
+SECTION_FUNCTIONS = {"env": section_env, "tests": section_tests, "stacked": section_stacked, "round": section_round,
+                     "profiles": section_profiles}
+TITLES = {"env": "1. Environment", "tests": "2. tests/test_cuda.py and every family against the CPU",
+          "stacked": "3. The stacked step (instance-steps/s)", "round": "4. The reference round",
+          "profiles": "5. The paper profiles (extrapolated)"}
+
+
+def run_section(ctx: Context, name: str, budget: float) -> None:
+    """One section, guarded: its error is reported with the traceback (and what it had done), a
+    spent budget ends it as incomplete, and the report is written before and after."""
+    ctx.deadline = time.perf_counter() + budget
+    entry = {"name": name, "title": TITLES[name], "budget s": budget, "ok": False}
+    ctx.report["sections"].append(entry)
+    ctx.write()
+    t0 = time.perf_counter()
+    print(f"== {TITLES[name]} (budget {budget:.0f} s)", flush=True)
+    try:
+        entry["result"] = SECTION_FUNCTIONS[name](ctx)
+        entry["ok"] = bool(entry["result"].get("ok", True)) if isinstance(entry["result"], dict) else True
+    except OutOfBudget as e:
+        entry["ok"], entry["incomplete"] = True, str(e)
+        entry["result"] = ctx.report.get("partial", {}).get(name)
+    except Exception as e:  # noqa: BLE001 - reported, and the next section runs
+        entry["error"] = f"{type(e).__name__}: {e}"
+        entry["traceback"] = traceback.format_exc()
+        entry["result"] = ctx.report.get("partial", {}).get(name)
+        print(entry["traceback"], flush=True)
+    entry["seconds"] = round(time.perf_counter() - t0, 1)
+    ctx.report.pop("partial", None)
+    print(f"   {'ok' if entry['ok'] else 'FAILED'} in {entry['seconds']} s", flush=True)
+    ctx.write()
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# GPU check: {report['device']}{' (smoke: sizes tiny, numbers meaningless)' if report['smoke'] else ''}",
+             "", f"`{report['command']}`", ""]
+    if report.get("bundle"):
+        lines += ["**the bundle**", ""] + md_result(report["bundle"]) + [""]
+    for s in report["sections"]:
+        status = ("ok" if s["ok"] else "FAILED") + (f", incomplete: {s['incomplete']}" if s.get("incomplete") else "")
+        lines += [f"## {s['title']}: {status} ({s.get('seconds', '?')} s of {s['budget s']:.0f})", ""]
+        if s.get("error"):
+            lines += ["```", s.get("traceback", s["error"]).rstrip(), "```", ""]
+        result = s.get("result")
+        if isinstance(result, dict):
+            lines += md_result(result)
+    return "\n".join(lines) + "\n"
+
+
+def md_result(result: dict, depth: int = 0) -> list[str]:
+    lines = []
+    for key, value in result.items():
+        if key in ("traceback", "output tail"):
+            lines += [f"<details><summary>{key}</summary>", "", "```", str(value).rstrip(), "```", "", "</details>", ""]
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            lines += [f"**{key}**", ""] + md_table(value) + [""]
+        elif isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            lines += [f"**{key}**", ""] + md_table([{"": k, **v} for k, v in value.items()]) + [""]
+        elif isinstance(value, dict):
+            lines += [f"**{key}**", ""] + md_result(value, depth + 1) + [""]
+        else:
+            lines.append(f"- {key}: {value}")
+    return lines
+
+
+def md_table(rows: list[dict]) -> list[str]:
+    cols = []
+    for r in rows:
+        cols += [k for k in r if k not in cols and k != "traceback"]
+
+    def cell(v):
+        if isinstance(v, float):
+            v = f"{v:.3g}"
+        elif isinstance(v, int) and not isinstance(v, bool):
+            v = f"{v:,}"
+        return str(v).replace("|", "\\|").replace("\n", " ")[:200]
+    return (["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+            + ["| " + " | ".join(cell(r.get(c, "")) for c in cols) + " |" for r in rows])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", type=Path, help="folder for gpu_check.json and gpu_check.md")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--smoke", action="store_true", help="every section at a tiny size (CI: --device cpu, < 60 s)")
+    ap.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    ap.add_argument("--bundle", default=None, help="the GPU bundle (make gpu-bundle): check it and stage its data")
+    ap.add_argument("--data", type=Path, default=None, help="the data root to stage the bundle into")
+    ap.add_argument("--items", nargs="*", default=None, help=argparse.SUPPRESS)        # model:b of section 3
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)          # the FAIRFL_EXACT=0 child
+    ap.add_argument("--stacked-budget", type=float, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    scratch = Path(tempfile.mkdtemp(prefix="gpu-check-"))       # nothing the check trains or draws lands in the repository
+    os.environ.setdefault("FAIRFL_RESULTS", str(scratch / "results"))
+    os.environ.setdefault("FAIRFL_FIGURES", str(scratch / "figures"))
+    ctx = Context(args, args.out)
+    if args.bundle:
+        root = args.data or Path(tempfile.mkdtemp(prefix="fairfl-data-"))
+        t0 = time.perf_counter()
+        try:
+            from gpu_bundle import stage
+            staged = stage(Path(args.bundle), root)
+            os.environ["FAIRFL_DATA"] = str(root)
+            ctx.report["bundle"] = {"staged into": str(root), "entries": len(staged),
+                                    "seconds": round(time.perf_counter() - t0, 1)}
+        except Exception as e:  # noqa: BLE001 - reported; the sections run (and say what data they miss)
+            ctx.report["bundle"] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+            print(ctx.report["bundle"]["traceback"], flush=True)
+    os.environ.setdefault("FAIRFL_OFFLINE", "1")
+    budgets = dict(SMOKE_BUDGETS if args.smoke else BUDGETS)
+    if args.stacked_budget:
+        budgets["stacked"] = args.stacked_budget
+    t0 = time.perf_counter()
+    for name in SECTIONS:
+        if name in args.sections:
+            run_section(ctx, name, budgets[name])
+    ctx.report["seconds"] = round(time.perf_counter() - t0, 1)
+    ctx.write()
+    print(f"gpu_check: {sum(s['ok'] for s in ctx.report['sections'])} of {len(ctx.report['sections'])} sections ok "
+          f"in {ctx.report['seconds']} s; report in {args.out}/gpu_check.md", flush=True)
+
+
+if __name__ == "__main__":
+    main()

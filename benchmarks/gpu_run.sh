@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The GPU check on a lent GPU machine, in one call: install the bundled wheels, stage the bundled
+# data, run benchmarks/gpu_check.py into the report folder under a hard time limit (the report is
+# written after every section, so what ran comes back even if the limit strikes), keep the log.
+#
+# Here first, on the CPU machine:   make gpu-bundle        (fills .gpu-bundle/, prints its size)
+# Then the one device call (the run tool), from the repository's root:
+#   command:   bash benchmarks/gpu_run.sh "$OUT"
+#   carry:     [".gpu-bundle"]
+#   timeout_s: 540
+# It writes $OUT/gpu_check.md, $OUT/gpu_check.json and $OUT/gpu_run.log. The check itself stops
+# at GPU_CHECK_SECONDS (450 s: its sections' budgets add up to 400 s), the
+# wheels and data take seconds. To rerun only some sections in a second call:
+#   command:   GPU_CHECK_ARGS="--sections stacked round" bash benchmarks/gpu_run.sh "$OUT"
+set -u
+OUT=${1:-${OUT:?usage: gpu_run.sh REPORT_FOLDER}}
+LIMIT=${GPU_CHECK_SECONDS:-450}
+PY=${PYTHON:-python3}          # the machine's Python, with its torch
+cd "$(dirname "$0")/.." || exit 1
+mkdir -p "$OUT"
+{
+  echo "gpu_run.sh: $(date -u +%FT%TZ) on $(hostname), limit ${LIMIT} s"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "no nvidia-smi"
+  if ls .gpu-bundle/wheels/*.whl >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      .gpu-bundle/wheels/*.whl || echo "gpu_run.sh: installing the bundled wheels failed"
+  else
+    echo "gpu_run.sh: no .gpu-bundle/wheels (make gpu-bundle here, and carry .gpu-bundle)"
+  fi
+  export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TQDM_DISABLE=1 MPLBACKEND=Agg
+  # shellcheck disable=SC2086  # GPU_CHECK_ARGS holds several arguments
+  timeout -k 10 "$LIMIT" "$PY" benchmarks/gpu_check.py "$OUT" --device cuda --bundle .gpu-bundle \
+    --data /tmp/fairfl-data ${GPU_CHECK_ARGS:-}
+  echo "gpu_run.sh: gpu_check.py exited with $? (124: stopped at the limit; the report holds the sections done)"
+} 2>&1 | tee "$OUT/gpu_run.log"
