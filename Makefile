@@ -5,7 +5,7 @@
 PY := .venv/bin/python
 PROFILE ?= quick
 
-.PHONY: setup figures test lab unit notebooks benchmark clean-results gpu-bundle
+.PHONY: setup figures test lab unit notebooks benchmark pfl-env pfl-bench clean-results gpu-bundle
 setup:
 	bash scripts/setup.sh
 
@@ -16,7 +16,8 @@ figures: setup
 # FAIRFL_PROFILE=smoke; runs and figures of the test session go to a temporary folder. One OpenMP
 # thread per process: a notebook kernel with two torch threads beside a busy test worker
 # oversubscribes the two cores, and its many tiny steps then ran 5-10x slower (measured).
-test: setup
+# pfl-env: tests/test_scripts.py runs benchmarks/pfl_round.py at smoke size against real pfl.
+test: setup pfl-env
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	OMP_NUM_THREADS=1 FAIRFL_PROFILE=smoke FAIRFL_RESULTS=$$tmp/results FAIRFL_FIGURES=$$tmp/figures TQDM_DISABLE=1 \
 	$(PY) -m pytest -n 2 --dist loadfile --nbval-lax tests notebooks
@@ -25,7 +26,7 @@ test: setup
 lab: setup
 	.venv/bin/jupyter lab notebooks/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
-unit: setup
+unit: setup pfl-env
 	$(PY) -m pytest -n 2 tests
 
 benchmark: setup
@@ -35,6 +36,16 @@ benchmark: setup
 # in the git-ignored .gpu-bundle/ that travels with the repository: README, "On a GPU"
 gpu-bundle: setup
 	$(PY) benchmarks/gpu_bundle.py .gpu-bundle
+
+# pfl-research (pfl 0.6.0) in .pfl/, beside .venv, which it leaves as it is (about 7 s the first time, then nothing)
+pfl-env: setup
+	bash benchmarks/pfl_setup.sh
+
+# fairfl's reference round (one run, 1 and 2 threads) and pfl's (2 processes), alternating; run it on an
+# otherwise idle machine. PFL_ARGS="--compare 9 --rounds 8" for more turns.
+PFL_ARGS ?= --compare 5
+pfl-bench: pfl-env
+	$(PY) benchmarks/pfl_round.py $(PFL_ARGS)
 
 clean-results:
 	rm -rf results outputs

@@ -29,6 +29,8 @@ SMOKE: dict[str, tuple[list[str], str]] = {
     "benchmarks/gpu_bundle.py": (["--smoke"], "GPU bundle (temporary)"),      # the data part, staged; no wheels
     "benchmarks/gpu_check.py": (["{tmp}/gpu", "--smoke", "--device", "cpu"], "gpu_check: 5 of 5 sections ok"),
     "benchmarks/minnorm_speed.py": (["--reps", "1"], "speed-up of the fast solver vs cvxpy at m=100"),  # instant
+    # real pfl from .pfl/ (`make test` installs it first: benchmarks/pfl_setup.sh), both sides once
+    "benchmarks/pfl_round.py": (["--smoke", "--compare", "1"], "fairfl (2 threads) vs pfl (2 processes): "),
     "benchmarks/ray_throughput.py": (["--smoke"], "| RayBackend"),
     "benchmarks/round_speed.py": (["--smoke"], "sweep throughput ratio vs sequential"),
     "benchmarks/sweep_speed.py": (["--smoke"], "sweep speed-up vs executor (geometric mean)"),
