@@ -248,11 +248,9 @@ def fairfl_worker(rounds: int, threads: int, smoke: bool) -> None:
     path, one warm-up round), the times printed as one JSON line."""
     import torch
 
-    from fairfl.engine.cores import set_threads
     from round_speed import REFERENCE, SMOKE, time_rounds
 
-    set_threads(threads)
-    times = time_rounds(SMOKE if smoke else REFERENCE, True, rounds)
+    times = time_rounds(SMOKE if smoke else REFERENCE, True, rounds, threads)
     print("FAIRFL " + json.dumps({"times": times, "threads": threads, "torch": torch.__version__}))
 
 
