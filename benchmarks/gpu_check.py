@@ -26,13 +26,16 @@ Sections, in order (``--sections`` runs some of them, e.g. those that failed in 
    cells with the training calls intercepted, the first rounds of each sweep trained on the
    device and timed, and the profile's time EXTRAPOLATED from its counted client steps (never
    measured end to end); Shakespeare setup 1 apart: a few roles' first round, extrapolated to one
-   run and to the set.
+   run and to the set;
+6. ``cores``: the machine's CPU (a GPU machine has 16 cores): one run's reference round on the CPU on
+   1, 2, 4, 8 and 16 threads (``fairfl.engine.cores``, one intra-op thread each), medians, with the
+   updates compared bit for bit against one thread.
 
 ``--bundle`` checks the bundle of ``benchmarks/gpu_bundle.py`` against its manifest and stages its
 data into a data root (``--data``, default a temporary folder), used as ``FAIRFL_DATA`` here and
 by the tests. ``--smoke --device cpu`` runs every section at a tiny size in well under a minute
 (``tests/test_scripts.py``), so the script cannot rot while no GPU is at hand; its numbers mean
-nothing. The budgets add up to 400 s, inside the 7 minutes the check is given on one H100 (sized
+nothing. The budgets add up to 425 s, inside the 7 minutes the check is given on one H100 (sized
 from the anchors' rates); a section that runs out of budget skips its remaining items and says so.
 """
 from __future__ import annotations
@@ -57,10 +60,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(1, str(REPO / "benchmarks"))
 
-SECTIONS = ("env", "tests", "stacked", "round", "profiles")
+SECTIONS = ("env", "tests", "stacked", "round", "profiles", "cores")
 # seconds per section on one H100 (400 s in all, inside the 7 minutes the check is given), and --smoke
-BUDGETS = {"env": 20, "tests": 150, "stacked": 110, "round": 45, "profiles": 75}
-SMOKE_BUDGETS = {"env": 30, "tests": 60, "stacked": 30, "round": 30, "profiles": 60}   # caps, not what it takes
+BUDGETS = {"env": 20, "tests": 150, "stacked": 105, "round": 45, "profiles": 70, "cores": 35}
+SMOKE_BUDGETS = {"env": 30, "tests": 60, "stacked": 30, "round": 30, "profiles": 60, "cores": 20}   # caps, not what it takes
 
 # ../shared/GPU-ANCHORS.md: a plain torch.func probe on one H100 (instance-steps/s), and the targets
 ANCHORS = {
@@ -444,6 +447,33 @@ def section_round(ctx: Context) -> dict:
     return out
 
 
+# ----------------------------------------------------------------------------- 6. cores of the CPU
+
+def section_cores(ctx: Context) -> dict:
+    """One run's reference round on the CPU at 1, 2, 4, 8, 16 threads (those this machine has), in
+    rotating order, medians; each count's updates against one thread's, bit for bit."""
+    import torch
+    from fairfl.engine import cores
+    from round_speed import REFERENCE, SMOKE, time_rounds
+    config = SMOKE if ctx.smoke else REFERENCE
+    counts = [n for n in (1, 2, 4, 8, 16) if n <= max(2, cores.usable_cores())]
+    times: dict[int, list[float]] = {n: [] for n in counts}
+    bits: dict[int, list] = {n: [] for n in counts}
+    out = {"usable cores": cores.usable_cores(), "config": "the reference round (FedMGDA+ Table 3's CNN, 10 clients, "
+           "b = 10), local training only, on the CPU"}
+    ctx.report.setdefault("partial", {})["cores"] = out
+    for rep in range(1 if ctx.smoke else 3):
+        for n in counts[rep % len(counts):] + counts[:rep % len(counts)]:
+            ctx.check_budget(f"{n} threads")
+            times[n] += time_rounds(config, True, 1, n, bits[n] if rep == 0 else None)
+    base = statistics.median(times[1])
+    for n in counts:
+        med = statistics.median(times[n])
+        out[f"{n} threads"] = {"seconds per round (median)": round(med, 3), "speed-up": round(base / med, 2),
+                               "bit-identical to 1 thread": all(torch.equal(a, b) for a, b in zip(bits[1], bits[n]))}
+    return out
+
+
 # ----------------------------------------------------------------------------- 5. paper profiles
 
 class _Captured(Exception):
@@ -644,10 +674,10 @@ def shakespeare_estimate(ctx: Context, captured: list[list]) -> dict:
 # ----------------------------------------------------------------------------- the report
 
 SECTION_FUNCTIONS = {"env": section_env, "tests": section_tests, "stacked": section_stacked, "round": section_round,
-                     "profiles": section_profiles}
+                     "profiles": section_profiles, "cores": section_cores}
 TITLES = {"env": "1. Environment", "tests": "2. tests/test_cuda.py and every family against the CPU",
           "stacked": "3. The stacked step (instance-steps/s)", "round": "4. The reference round",
-          "profiles": "5. The paper profiles (extrapolated)"}
+          "profiles": "5. The paper profiles (extrapolated)", "cores": "6. One run's round on the CPU's cores"}
 
 
 def run_section(ctx: Context, name: str, budget: float) -> None:

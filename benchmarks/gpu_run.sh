@@ -9,7 +9,7 @@
 #   carry:     [".gpu-bundle"]
 #   timeout_s: 540
 # It writes $OUT/gpu_check.md, $OUT/gpu_check.json and $OUT/gpu_run.log. The check itself stops
-# at GPU_CHECK_SECONDS (450 s: its sections' budgets add up to 400 s), the
+# at GPU_CHECK_SECONDS (450 s: its sections' budgets add up to 425 s), the
 # wheels and data take seconds. To rerun only some sections in a second call:
 #   command:   GPU_CHECK_ARGS="--sections stacked round" bash benchmarks/gpu_run.sh "$OUT"
 set -u

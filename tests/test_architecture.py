@@ -108,7 +108,7 @@ def test_every_algorithm_module_is_registered_and_documented():
 # The engine's rooms, lowest first: a room imports only rooms below it (the package's __init__ only
 # re-exports). stacked (fairfl.stacked, the fused kernels) sits below them all and is handed the
 # one rule it needs (exactness.transposed_is_exact) by its caller.
-ENGINE_LAYERS = ["jobs", "graphs", "stack", "predict", "exactness", "device", "fused", "reference", "dispatch", "lockstep"]
+ENGINE_LAYERS = ["cores", "jobs", "graphs", "stack", "predict", "exactness", "device", "fused", "reference", "dispatch", "lockstep"]
 
 
 def test_the_engines_rooms_import_only_rooms_below_them():

@@ -27,7 +27,7 @@ SCRIPTS = sorted(p.relative_to(REPO).as_posix() for folder in ("benchmarks", "sc
 SMOKE: dict[str, tuple[list[str], str]] = {
     "benchmarks/explore_redraw.py": (["--smoke"], "redraw ("),
     "benchmarks/gpu_bundle.py": (["--smoke"], "GPU bundle (temporary)"),      # the data part, staged; no wheels
-    "benchmarks/gpu_check.py": (["{tmp}/gpu", "--smoke", "--device", "cpu"], "gpu_check: 5 of 5 sections ok"),
+    "benchmarks/gpu_check.py": (["{tmp}/gpu", "--smoke", "--device", "cpu"], "gpu_check: 6 of 6 sections ok"),
     "benchmarks/minnorm_speed.py": (["--reps", "1"], "speed-up of the fast solver vs cvxpy at m=100"),  # instant
     # real pfl from .pfl/ (`make test` installs it first: benchmarks/pfl_setup.sh), both sides once
     "benchmarks/pfl_round.py": (["--smoke", "--compare", "1"], "fairfl (2 threads) vs pfl (2 processes): "),
@@ -76,8 +76,8 @@ def test_script_runs_at_a_tiny_size(script, tmp_path, request):
     assert expected in r.stdout, f"{script}'s output lacks {expected!r}:\n{output[-4000:]}"
     if script == "benchmarks/gpu_check.py":       # its report: every section, in order, ok, in both forms
         report = json.loads((tmp_path / "gpu" / "gpu_check.json").read_text())
-        assert [s["name"] for s in report["sections"]] == ["env", "tests", "stacked", "round", "profiles"]
+        assert [s["name"] for s in report["sections"]] == ["env", "tests", "stacked", "round", "profiles", "cores"]
         assert all(s["ok"] and not s.get("error") for s in report["sections"]), report["sections"]
         text = (tmp_path / "gpu" / "gpu_check.md").read_text()
-        assert text.count("\n## ") == 5 and "FAILED" not in text and "extrapolated" in text
+        assert text.count("\n## ") == 6 and "FAILED" not in text and "extrapolated" in text
     print(f"{script} {' '.join(args)}: {time.perf_counter() - t0:.1f} s")

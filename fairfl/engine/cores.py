@@ -29,6 +29,12 @@ import torch
 
 T = TypeVar("T")
 
+# The rule (``fairfl.engine.exactness``): one intra-op thread per computation. Some CPU kernels split
+# their reductions by thread (the CNN's bias gradient differs by ~5e-9 between one and two threads,
+# and runs drift apart from the first round: tests/test_determinism.py), so a computation's bits
+# would depend on the thread count; side by side, each piece on one thread, they do not.
+RUN_THREADS = 1
+
 THREADS_ENV = "FAIRFL_THREADS"
 
 
@@ -122,10 +128,7 @@ _local = threading.local()
 
 
 def _init_thread() -> None:
-    from .exactness import RUN_THREADS, check_reproducible
-    check_reproducible()
     torch.set_num_threads(RUN_THREADS)       # per thread (OpenMP's and MKL's local settings)
-    _local.worker = True
 
 
 def _pool(size: int) -> ThreadPoolExecutor:
@@ -147,11 +150,15 @@ def bind_width(width: Callable[[], int] | None) -> None:
 
 @contextmanager
 def one_thread() -> Iterator[None]:
-    """Compute with :data:`~fairfl.engine.exactness.RUN_THREADS` intra-op threads in the calling
-    thread (and check MKL's mode), restoring its count afterwards."""
-    from .exactness import run_threads
-    with run_threads():
+    """Compute with :data:`RUN_THREADS` intra-op threads in the calling thread, restoring its count
+    afterwards. (A run starts under ``exactness.run_threads``, which also puts Intel MKL in its
+    strict mode once per process, before any of these threads computes.)"""
+    before = torch.get_num_threads()
+    torch.set_num_threads(RUN_THREADS)
+    try:
         yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # seconds this process spent in parallel() at each width (threads started): the scheduler's record of

@@ -11,8 +11,8 @@ match the recording's).
 
 **The rules**, each with its probe and its process-wide memo:
 
-* one intra-op thread per run (:data:`RUN_THREADS`, :func:`run_threads`): some CPU kernels split
-  their reductions by thread;
+* one intra-op thread per computation (:data:`RUN_THREADS`, :func:`run_threads`; the threads of
+  ``fairfl.engine.cores`` each compute with one): some CPU kernels split their reductions by thread;
 * Intel MKL in strict conditional numerical reproducibility (:data:`MKL_CBWR`, set by
   ``fairfl/__init__.py`` before torch first calls MKL; :func:`check_reproducible`): else MKL picks
   kernels by memory alignment, and a row rounds by its place in a stack;
@@ -60,6 +60,7 @@ from typing import Callable, Sequence
 import torch
 
 from .. import stacked as stacked_forward
+from .cores import RUN_THREADS, one_thread  # noqa: F401 (RUN_THREADS: the rule, read from here too)
 from .jobs import Plan, Predict, Source, signature, unflatten
 from .predict import PREDICT_STACK, chunk_rows, predict_stack
 from .stack import Gather, Row, sgd_stack, training_losses
@@ -72,13 +73,11 @@ EXACT = os.environ.get("FAIRFL_EXACT", "1").strip() != "0"
 
 # ----------------------------------------------------------------------------- threads
 
-# On the CPU, some kernels reduce in an order that depends on the number of intra-op threads:
-# the bias gradient of the Table 3 CNN's first convolution (a sum over batch × 24 × 24 that oneDNN
-# splits across threads) differs by ~5e-9 between one and two threads, and the runs drift apart
-# from the first round on (tests/test_determinism.py). So the split is fixed: a run computes with
-# one intra-op thread. Parallelism comes from running several runs at once (the process pool),
-# which on these small models is also the faster way to use the cores.
-RUN_THREADS = 1
+# On the CPU, some kernels reduce in an order that depends on the number of intra-op threads (the
+# CNN's bias gradient by ~5e-9 between one and two threads, tests/test_determinism.py). So every
+# computation of a run uses :data:`RUN_THREADS` = 1 intra-op thread; a run's cores come from
+# computing independent pieces side by side (``fairfl.engine.cores``, which holds the rule, below
+# this module: its threads are what this module's probes must also see).
 
 
 @contextmanager
@@ -86,12 +85,8 @@ def run_threads():
     """Compute with :data:`RUN_THREADS` intra-op threads inside the block (MKL switched to strict
     mode first, :func:`check_reproducible`); restore afterwards."""
     check_reproducible()
-    before = torch.get_num_threads()
-    torch.set_num_threads(RUN_THREADS)
-    try:
+    with one_thread():
         yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # ----------------------------------------------------------------------------- Intel MKL
