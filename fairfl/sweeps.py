@@ -88,13 +88,27 @@ def check_devices(configs: Sequence[ExperimentConfig]) -> None:
 
 
 def _portable(config: ExperimentConfig) -> tuple[dict, str]:
-    """A config as plain data for a worker process, with the module that defines its algorithm
-    (a worker imports it, so that an algorithm registered outside fairfl is known there)."""
-    module = type(config.algorithm).__module__
-    if module == "__main__":
-        raise RunFailedError(f"algorithm {config.algorithm.name!r} is defined in __main__ (a notebook or a script), "
-                             "where worker processes cannot import it: put it in a module, or use SerialBackend()")
-    return config.to_dict(), module
+    """A config as plain data for a worker, with the module that defines its algorithm (a worker
+    imports it, so that an algorithm registered outside fairfl is known there). An algorithm of
+    ``__main__`` only ever reaches a worker in this process (:func:`_here_for_main`), where
+    importing ``__main__`` is a no-op."""
+    return config.to_dict(), type(config.algorithm).__module__
+
+
+def _here_for_main(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | None) -> Backend:
+    """An algorithm defined in ``__main__`` — a notebook cell, or a script run as ``python my.py``
+    — cannot be imported by a worker process (nor a Ray task): a sweep with one trains in this
+    process instead, with its progress and cache as usual, and says so in one line. A notebook cell
+    is where a new algorithm is first written, so this is its route, not an error."""
+    if isinstance(backend, SerialBackend):
+        return backend
+    names = sorted({c.algorithm.name for c in configs
+                    if type(c.algorithm).__module__ == "__main__" and not is_cached(c, root)})
+    if not names:
+        return backend
+    print(f"{', '.join(names)}: defined in this notebook or script (__main__), which worker processes cannot "
+          "import, so this sweep trains in this process (put it in a module to use the workers)", flush=True)
+    return SerialBackend()
 
 
 def _worker_run_group(args: tuple[list[tuple[dict, str]], str | None]) -> list[str | None]:
@@ -265,6 +279,7 @@ def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None
     if backend is None:      # one run trains in this process, unless $FAIRFL_BACKEND asks for another place
         one = sum(not is_cached(c, root) for c in configs) <= 1
         backend = SerialBackend() if one and chosen_backend() is None else default_backend(device)
+    backend = _here_for_main(configs, backend, root)
     try:
         return _sweep(configs, backend, root, progress, raise_on_failure, max_group)
     finally:
