@@ -251,6 +251,9 @@ def _cmd_reproduce(args) -> int:
     # A run with -p explores: its executed notebooks go beside the reproduced ones, never over them.
     out_dir = Path(args.output or outputs_root()) / profile / ("explore" if parameters else "")
     out_dir.mkdir(parents=True, exist_ok=True)
+    if parameters:           # and its figures beside them (fairfl.notebook.figure_dir), not over the reproduced ones
+        from .paths import EXPLORE_ENV
+        os.environ[EXPLORE_ENV] = str(out_dir.resolve())
     failures = 0
     with _Interrupt() as interrupt:
         for nb in notebooks:

@@ -21,7 +21,7 @@ import pandas as pd
 
 from .claims import PROFILES
 from .errors import ConfigError
-from .paths import figures_root
+from .paths import EXPLORE_ENV, exploring_dir, figures_root
 
 
 def resolve_profile(profile: str | None) -> str:
@@ -38,9 +38,13 @@ def resolve_profile(profile: str | None) -> str:
     return profile
 
 
-def figure_dir(profile: str) -> Path:
+def figure_dir(profile: str, exploring: bool = False) -> Path:
     """Where a notebook's figures go: ``figures/`` for quick and paper, ``figures/smoke/`` for
-    smoke (a CI run never overwrites the real figures)."""
+    smoke (a CI run never overwrites the real figures), and :func:`exploring_dir` for a run
+    whose settings differ from its profile's (``-p``, or an edited parameters cell): an
+    exploration never replaces a reproduced figure."""
+    if exploring:
+        return exploring_dir(profile)
     return figures_root() / "smoke" if profile == "smoke" else figures_root()
 
 
@@ -119,7 +123,10 @@ def start(profile: str | None, profiles: Mapping[str, Mapping[str, Any]], worker
     overridden = {k: (profiles[profile][k], v) for k, v in settings.items() if v != profiles[profile][k]}
     use_style()
     backend = SerialBackend() if profile == "smoke" and chosen_backend() is None else default_backend(device, workers)
-    session = Session(profile, settings, figure_dir(profile), backend, device, overridden)
+    # exploring: settings changed in the parameters cell, or any -p of `fairfl reproduce` (which may
+    # change what no profile setting names, e.g. notebook 04's `shakespeare`)
+    exploring = bool(overridden) or bool(os.environ.get(EXPLORE_ENV))
+    session = Session(profile, settings, figure_dir(profile, exploring), backend, device, overridden)
     print(f"profile={profile}", {k: v for k, v in settings.items()}, f"device={device}",
           f"figures -> {session.figures}")
     if overridden:
