@@ -94,21 +94,56 @@ class Session:
         return Sweep(points, histories)
 
 
+def _profile_source(given: str | None) -> str:
+    """Why this profile, in words for the header line: a Run All in JupyterLab runs ``quick``
+    unless told otherwise, which takes minutes to an hour; the line says how to choose ``smoke``."""
+    if given is not None:
+        return ""
+    if os.environ.get("FAIRFL_PROFILE"):
+        return " (from $FAIRFL_PROFILE)"
+    return ' (the default; profile = "smoke" in the parameters cell runs in seconds)'
+
+
+def header_line(notebook: str | None, profile: str, given: str | None, settings: Mapping[str, Any],
+                overridden: Mapping[str, tuple], exploring: bool, device: str, figures: Path) -> str:
+    """The one line a notebook prints first (:func:`start`): its profile and why, the time it is
+    expected to take here (``fairfl reproduce`` announces the same), what it explores, where its
+    figures go, its settings and device."""
+    from .claims import describe_overrides
+    from .cli import expected_time
+    if exploring:
+        expected = "not measured (settings changed)"
+    elif notebook is None:
+        expected = "not measured"
+    else:
+        expected = expected_time(notebook, profile, device)
+    parts = [f"{notebook + ': ' if notebook else ''}profile {profile}{_profile_source(given)}, expected {expected}"]
+    if overridden:
+        parts.append(f"exploring {describe_overrides(overridden)}: the paper's claims are recorded as not checked")
+    elif exploring:
+        parts.append("exploring (parameters given): the paper's claims are recorded as not checked")
+    parts.append(f"figures -> {figures}")
+    parts.append("settings " + ", ".join(f"{k}={v!r}" for k, v in settings.items()) + f", device={device}")
+    return "; ".join(parts)
+
+
 def start(profile: str | None, profiles: Mapping[str, Mapping[str, Any]], workers: int | None = None,
-          device: str | None = None, **overrides: Any) -> Session:
+          device: str | None = None, notebook: str | None = None, **overrides: Any) -> Session:
     """The header of a notebook: resolve the profile, apply the plotting style, take the
     profile's settings with the parameters cell's non-None overrides (``seeds``, ``rounds``, …),
     the device (the parameter, else ``$FAIRFL_DEVICE``, else the CPU; ``fairfl reproduce
     --device cuda`` sets it) and a backend: the one ``$FAIRFL_BACKEND`` names (``fairfl reproduce
     --backend ray`` sets it), else in-process for smoke and on a GPU (one process feeds the GPU
-    best: all runs of a sweep fused), else a pool of worker processes."""
+    best: all runs of a sweep fused), else a pool of worker processes. Prints one line first
+    (:func:`header_line`): the profile, and the time ``notebook`` (its name, e.g. "00_tour") is
+    expected to take on it."""
     from .engine import resolve_device
     from .plotting import use_style
     from .config import ExperimentConfig
     from .backends import SerialBackend, chosen_backend, default_backend
     device = ExperimentConfig(device=device or os.environ.get("FAIRFL_DEVICE", "cpu")).device
     resolve_device(device)            # a CUDA device this machine lacks is named now, before any data is read
-    profile = resolve_profile(profile)
+    given, profile = profile, resolve_profile(profile)
     if profile not in profiles:
         raise ConfigError(f"this notebook has no {profile!r} profile; it has {', '.join(profiles)}")
     settings = dict(profiles[profile])
@@ -127,11 +162,7 @@ def start(profile: str | None, profiles: Mapping[str, Mapping[str, Any]], worker
     # change what no profile setting names, e.g. notebook 04's `shakespeare`)
     exploring = bool(overridden) or bool(os.environ.get(EXPLORE_ENV))
     session = Session(profile, settings, figure_dir(profile, exploring), backend, device, overridden)
-    print(f"profile={profile}", {k: v for k, v in settings.items()}, f"device={device}",
-          f"figures -> {session.figures}")
-    if overridden:
-        from .claims import describe_overrides
-        print(f"exploring: {describe_overrides(overridden)}; the paper's claims are recorded as not checked")
+    print(header_line(notebook, profile, given, settings, overridden, exploring, device, session.figures), flush=True)
     return session
 
 

@@ -65,3 +65,49 @@ def test_jupyter_servers_load_and_save_leave_the_stored_notebook_unchanged(path,
     cm = FileContentsManager(root_dir=str(tmp_path))
     cm.save(cm.get(path.name, content=True, type="notebook"), path.name)
     assert (tmp_path / path.name).read_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_first_output_of_every_notebook_is_its_header_line(path):
+    """Nothing before the cell that calls start() prints (the parameters cell holds values), and
+    start() is told the notebook's name, so its first output says the profile and the time it is
+    expected to take (fairfl.notebook.header_line)."""
+    import ast
+    cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    first = next(i for i, c in enumerate(cells) if "start(" in c.source)
+    for cell in cells[:first]:
+        assert all(isinstance(node, ast.Assign) for node in ast.parse(cell.source).body), cell.source
+    calls = [node for node in ast.walk(ast.parse(cells[first].source))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "start"]
+    (call,) = calls
+    assert {k.arg: getattr(k.value, "value", None) for k in call.keywords}.get("notebook") == path.stem
+    lines = cells[first].source.splitlines()
+    printing = [line for line in lines[:next(i for i, line in enumerate(lines) if "start(" in line)] if "print(" in line]
+    assert not printing, printing
+
+
+def test_start_says_the_profile_and_the_expected_time_in_one_line(monkeypatch, capsys, tmp_path):
+    """Run All in JupyterLab runs quick unless told otherwise: the first line says so, how to choose
+    smoke, and how long the notebook is expected to take, as `fairfl reproduce` announces it."""
+    from fairfl.cli import expected_time
+    from fairfl.notebook import start
+    profiles = {"smoke": {"rounds": 2, "seeds": [0]}, "quick": {"rounds": 100, "seeds": [0, 1]}}
+    for var in ("FAIRFL_PROFILE", "FAIRFL_EXPLORE_DIR", "FAIRFL_BACKEND"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("FAIRFL_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("FAIRFL_OUTPUTS", str(tmp_path / "outputs"))
+    start(None, profiles, notebook="00_tour")
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith('00_tour: profile quick (the default; profile = "smoke" in the parameters cell runs in '
+                           f'seconds), expected {expected_time("00_tour", "quick")}; figures -> {tmp_path / "figures"}; '
+                           "settings rounds=100, seeds=[0, 1], device=cpu"), line
+    assert "about 3 min on 2 CPU cores, no GPU" in line
+    monkeypatch.setenv("FAIRFL_PROFILE", "smoke")
+    start(None, profiles, notebook="00_tour")
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("00_tour: profile smoke (from $FAIRFL_PROFILE), expected about 19 s on 2 CPU cores"), line
+    start("smoke", profiles, notebook="00_tour", rounds=3)
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("00_tour: profile smoke, expected not measured (settings changed); exploring rounds=3 "
+                           "(profile: 2): the paper's claims are recorded as not checked; "
+                           f"figures -> {tmp_path / 'outputs' / 'smoke' / 'explore'}"), line
