@@ -366,3 +366,59 @@ def stored_form(text: str, python_version: str | None = None) -> str:
     out = io.StringIO()
     nbformat.write(nb, out, version=nbformat.NO_CONVERT)
     return out.getvalue()
+
+
+# The git filter that stores the notebooks without outputs (.gitattributes; scripts/setup.sh installs
+# it into a clone's git config with scripts/normalise_notebooks.py --install-filter)
+FILTER = "fairfl-notebook"
+
+
+def committed_form(path: Path) -> str:
+    """The text git stores for the notebook at ``path``: its :func:`stored_form` where this clone has
+    the clean filter (``FILTER``) installed for it, whatever the file holds (JupyterLab's Run All and
+    save put outputs there); else the file as it is (no filter, or not in a git repository)."""
+    import subprocess
+    path = Path(path).resolve()
+    text = path.read_text(encoding="utf-8")
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=path.parent, capture_output=True, text=True,
+                                  timeout=60).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    attribute = git("check-attr", "filter", "--", path.name)
+    if attribute.endswith(f": filter: {FILTER}") and git("config", "--get", f"filter.{FILTER}.clean"):
+        return stored_form(text)
+    return text
+
+
+def refresh_git_index(os_path: str, model: Mapping[str, Any], contents_manager: Any = None, wait: bool = False,
+                      **_: Any) -> None:
+    """Jupyter's post-save hook (``make lab`` sets it): after JupyterLab saves a tracked notebook
+    whose stored form is the one in git's index (Run All and save: only outputs changed), refresh
+    that index entry (``git add`` of content equal to the index stores nothing). Git's status
+    otherwise lists the notebook as modified although ``git diff`` shows nothing: a file whose size
+    changed is taken as changed without running the clean filter. Runs in a thread (the filter
+    takes seconds; a save must not wait for it) unless ``wait``; a notebook with a real change, an
+    untracked one, or one outside a git repository is left alone."""
+    import subprocess
+    import threading
+    if model.get("type") != "notebook":
+        return
+    path = Path(os_path)
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=path.parent, capture_output=True, text=True, timeout=300)
+
+    def refresh() -> None:
+        try:
+            indexed = git("show", f":./{path.name}")
+            if indexed.returncode == 0 and committed_form(path) == indexed.stdout:
+                git("add", "--", path.name)
+        except (OSError, ValueError, subprocess.SubprocessError):    # a courtesy: never fail a save
+            pass
+    if wait:
+        refresh()
+    else:
+        threading.Thread(target=refresh, name="fairfl-git-refresh", daemon=True).start()

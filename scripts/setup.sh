@@ -59,5 +59,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   pip_install --no-deps -e .
   echo "$want" > "$stamp"
 fi
+# git stores the notebooks without their outputs, so that Run All and save in JupyterLab change nothing
+# that git sees (.gitattributes; scripts/normalise_notebooks.py says why this way)
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  .venv/bin/python scripts/normalise_notebooks.py --install-filter
+fi
 echo "== datasets"
 .venv/bin/python -m fairfl data --require fashion_mnist adult mnist_5k
