@@ -1,8 +1,10 @@
-"""python -m fairfl: data / run / reproduce / results / list."""
+"""fairfl: data / run / reproduce / results / list."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -50,6 +52,13 @@ def import_modules(items: list[str]) -> None:
             importlib.import_module(name)
         except ImportError as e:
             raise ConfigError(f"--import {item}: {e}") from None
+        except SyntaxError as e:
+            raise ConfigError(f"--import {item}: {e.filename}, line {e.lineno}: {e.msg}") from None
+        except Exception as e:  # noqa: BLE001 - the module raised while it was imported: say where
+            import traceback
+            frame = traceback.extract_tb(e.__traceback__)[-1]
+            raise ConfigError(f"--import {item}: importing it raised {type(e).__name__}: {e} "
+                              f"({frame.filename}, line {frame.lineno})") from None
 
 
 def _cmd_run(args) -> int:
@@ -321,12 +330,22 @@ def _keep_partial(partial: Path, failed: Path) -> None:
 
 
 def _cmd_results(args) -> int:
-    from .index import format_table, human_size, prune, rows
+    from .errors import ConfigError
+    from .index import format_table, human_size, prune, rows, scan
     from .paths import results_root
     root = Path(args.root) if args.root else results_root()
     if root.exists() and not root.is_dir():
-        from .errors import ConfigError
         raise ConfigError(f"--root {root} is a file, not a results folder")
+    if args.root and not root.exists():
+        raise ConfigError(f"--root {root}: no such folder")
+    # a folder of other things (a typo for the results folder, the repository itself) is said to be
+    # one, not listed as unreadable runs, and --prune touches nothing there
+    entries = scan(root)
+    if entries and not any(e.config is not None or e.version is not None or e.finished or e.checkpoint
+                           for e in entries):
+        shown = ", ".join(e.folder.name for e in entries[:4]) + (", …" if len(entries) > 4 else "")
+        raise ConfigError(f"{root} is not a run cache: none of its {len(entries)} folders ({shown}) is a run's entry "
+                          f"(a folder with config.json); the run cache is {results_root()} ($FAIRFL_RESULTS moves it)")
     table = rows(root, args.where or [])             # a bad --where is named before anything is removed
     if args.prune:
         removed = prune(root)
@@ -351,9 +370,42 @@ def _cmd_list(args) -> int:
     return 0
 
 
+def _suggest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a suggestion for a mistyped command (Python 3.11's argparse gives none)."""
+
+    def error(self, message: str):
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            message += _suggest(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+        super().error(message)
+
+
+def _unrecognised(sub: argparse.ArgumentParser, extra: list[str]) -> None:
+    """A flag the command does not take: its own usage and the flag it resembles (argparse alone
+    printed the top-level usage, with no hint: `run --confg`)."""
+    flags = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
+    hint = next((_suggest(x.split("=", 1)[0], flags) for x in extra
+                 if x.startswith("-") and _suggest(x.split("=", 1)[0], flags)), "")
+    sub.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+
+
+# What a Python outside fairfl's environment lacks first (a bare `python -m fairfl` in the repository):
+# said in one line, with the commands that run fairfl where it is installed.
+OUTSIDE = ("error: {module!r} is not installed in this Python ({python}), which is not fairfl's environment. "
+           "Run fairfl from the environment scripts/setup.sh made: `source .venv/bin/activate`, then `fairfl ...` "
+           "(or `.venv/bin/fairfl ...`); or install it into your own: pip install \"./[notebooks]\"")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fairfl", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
+    from . import __version__
+    p = _Parser(prog="fairfl", description=__doc__)
+    p.add_argument("--version", action="version", version=f"fairfl {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     d = sub.add_parser("data", help="prepare every dataset and report where it was found or what is missing")
     d.add_argument("names", nargs="*", help="datasets (default: all)")
@@ -406,13 +458,20 @@ def main(argv: list[str] | None = None) -> int:
     ls = sub.add_parser("list", help="algorithms, models, datasets, notebooks")
     ls.set_defaults(fn=_cmd_list)
 
-    args = p.parse_args(argv)
+    args, extra = p.parse_known_args(argv)
+    if extra:
+        _unrecognised(sub.choices[args.command], extra)
     from .errors import FairFLError
     try:
         return args.fn(args)
     except FairFLError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as e:
+        if not e.name or e.name.split(".")[0] == "fairfl":
+            raise
+        print(OUTSIDE.format(module=e.name.split(".")[0], python=sys.executable), file=sys.stderr)
+        return 1
     except BrokenPipeError:
         # the reader went away (`fairfl results | head`): what was printed is what was asked for.
         # Python would report the pipe again when it flushes stdout at exit; point stdout at

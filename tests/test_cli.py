@@ -382,3 +382,88 @@ def test_exploring_never_touches_the_reproduced_figures(tmp_path):
     assert by_cell["00_tour_curves.png"] not in (by_p["00_tour_curves.png"], reproduced["smoke/00_tour_curves.png"])
     said = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert "rounds=4 (profile: 2)" in said and f"figures -> {explored}" in said
+
+
+# ----------------------------------------------------------------------------- a command line that forgives
+
+def test_version_says_which_fairfl():
+    from fairfl import __version__
+    r = fairfl("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"fairfl {__version__}", r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("args, said", [
+    (["run", "--confg", "x.yaml"], ["usage: fairfl run", "unrecognized arguments: --confg x.yaml; did you mean --config?"]),
+    (["results", "--were", "eps=0.1"], ["usage: fairfl results", "did you mean --where?"]),
+    (["reprodce", "00"], ["invalid choice: 'reprodce'", "did you mean reproduce?"]),
+])
+def test_a_mistyped_flag_or_command_gets_its_commands_usage_and_a_suggestion(args, said):
+    r = fairfl(*args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert all(s in r.stderr for s in said), r.stderr
+
+
+def test_a_mistyped_yaml_key_or_option_gets_a_suggestion(tmp_path):
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text("dataset: adult\nmodel: logreg\nround: 3\nlocal: {bacth_size: 10}\n")
+    r = fairfl("run", "--config", str(cfg))
+    assert r.returncode == 2 and "unknown config keys: round; did you mean 'rounds'?" in r.stderr, r.stderr
+    cfg.write_text("dataset: adult\nmodel: logreg\nlocal: {bacth_size: 10}\n")
+    r = fairfl("run", "--config", str(cfg))
+    assert r.returncode == 2 and "unknown local keys: bacth_size; did you mean 'batch_size'?" in r.stderr, r.stderr
+    cfg.write_text("dataset: adult\nmodel: logreg\nalgorithm: {name: fedfv, alpah: 0.5}\n")
+    r = fairfl("run", "--config", str(cfg))
+    assert r.returncode == 2 and "fedfv: unknown option(s) alpah; did you mean 'alpha'?" in r.stderr, r.stderr
+
+
+def test_a_broken_import_file_is_one_named_error(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("from fairfl.algorithms import register\n\nclass Rule(\n")
+    r = fairfl("run", "--import", str(broken))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"error: --import {broken}: {broken}, line 3:"), r.stderr
+    raising = tmp_path / "raising.py"
+    raising.write_text("x = 1\nraise RuntimeError('not ready yet')\n")
+    r = fairfl("run", "--import", str(raising))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"importing it raised RuntimeError: not ready yet ({raising}, line 2)" in r.stderr, r.stderr
+
+
+def test_results_says_when_a_folder_is_not_a_run_cache(tmp_path):
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "papers").mkdir()
+    r = fairfl("results", "--root", str(tmp_path), "--prune")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"{tmp_path} is not a run cache: none of its 2 folders (papers, photos) is a run's entry" in r.stderr
+    assert (tmp_path / "photos").is_dir() and (tmp_path / "papers").is_dir()        # --prune touched nothing
+    r = fairfl("results", "--root", str(tmp_path / "typo"))
+    assert r.returncode == 2 and "no such folder" in r.stderr, r.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert fairfl("results", "--root", str(empty)).returncode == 0              # an empty cache is a cache
+
+
+def test_outside_its_environment_fairfl_says_where_to_run_it():
+    """`python -m fairfl list` with a Python that lacks fairfl's dependencies (here the one this
+    environment was made from), in the repository: one line saying which environment runs it."""
+    base = getattr(sys, "_base_executable", None)
+    if not base or sys.prefix == sys.base_prefix:
+        pytest.skip("not in a virtual environment: no other Python at hand")
+    if subprocess.run([base, "-c", "import torch"], capture_output=True).returncode == 0:
+        pytest.skip(f"{base} has torch: it is not outside fairfl's environment")
+    repo = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    r = subprocess.run([base, "-m", "fairfl", "list"], capture_output=True, text=True, cwd=repo, env=env, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    (line,) = r.stderr.splitlines()
+    assert "is not installed in this Python" in line and "source .venv/bin/activate" in line, line
+
+
+def test_the_readme_has_one_command_form():
+    """The `fairfl` command of the activated .venv throughout, never `python -m fairfl`."""
+    import re
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "source .venv/bin/activate" in readme
+    assert not re.findall(r"python -m fairfl", readme)
+    commands = re.findall(r"^fairfl \w+", readme, flags=re.M)
+    assert len(commands) >= 4, commands
