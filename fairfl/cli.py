@@ -78,13 +78,42 @@ def _cmd_run(args) -> int:
         base["device"] = args.device
     cfg = ExperimentConfig.from_dict(base)             # validated as it is made
     t0 = time.time()
-    h = run(cfg, cache=not args.no_cache)
+    try:
+        h = run(cfg, cache=not args.no_cache)
+    except KeyboardInterrupt:
+        raise _Said(_run_interrupted(cfg, args.no_cache)) from None
     acc = h.final_acc()
     where = "not cached (--no-cache)" if args.no_cache else f"results in {run_dir(cfg)}"
     print(f"{cfg.label()}: {h.rounds_done} rounds in {time.time() - t0:.1f} s; "
           f"final client accuracy (%) mean {100 * metrics.mean(acc):.2f}, std {100 * metrics.std(acc):.2f}, "
           f"worst 10 % {100 * metrics.worst(acc):.2f}; {where}")
     return 0
+
+
+class _Said(KeyboardInterrupt):
+    """A Ctrl-C whose one line is its message (printed by :func:`main`, exit status 130)."""
+
+
+def _run_interrupted(cfg, no_cache: bool) -> str:
+    """What a Ctrl-C during `fairfl run` leaves: the run's checkpoint, or another process training it."""
+    from .cache import Claim
+    from .progress import read
+    from .sweeps import run_dir
+    if no_cache:
+        return f"interrupted: {cfg.label()} stopped (--no-cache: nothing is kept)"
+    folder = run_dir(cfg)
+    claim = Claim(folder)
+    try:
+        other = folder.is_dir() and not claim.take(wait=False)
+    finally:
+        claim.release()
+    if other:
+        return (f"interrupted: stopped waiting for {cfg.label()}, which another process ({claim.holder()}) goes on "
+                f"training into {folder}")
+    done = read(folder)
+    after = f" after {done} of {cfg.rounds} rounds" if done else ""
+    return (f"interrupted: {cfg.label()} stopped{after}; the same command resumes it from its last checkpoint "
+            f"in {folder}")
 
 
 def notebook_paths(names: list[str]) -> list[Path]:
@@ -178,21 +207,37 @@ def _profile(args) -> str:
 
 # The kernel is this machine's own child on the loopback: its start-up warning that it "is running
 # over TCP without encryption" says nothing a user of `reproduce` can act on, and it came before
-# every notebook. Only the kernel application's own log is quieted; the notebook's output and its
-# errors are not.
-KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
+# every notebook; nor does "KeyboardInterrupt caught in kernel." (an ERROR of its log) after a Ctrl-C
+# that reached it outside a cell. Only the kernel application's own log is quieted; the notebook's
+# output and its errors are not (they come through the notebook).
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
+
+
+class _Stopped(Exception):
+    """Raised by papermill's hook before a cell once Ctrl-C was pressed: an ordinary exception, so
+    that nbclient ends the execution through its own clean-up (a KeyboardInterrupt raised inside its
+    asyncio loop left tasks behind, whose errors were printed at exit)."""
 
 
 class _Interrupt:
-    """Ctrl-C during `reproduce`: the first one interrupts the notebook's kernel (jupyter_client
-    starts it in a session of its own, so the terminal's Ctrl-C does not reach it), whose running
-    cell stops as Ctrl-C stops it in JupyterLab: a sweep keeps its finished runs and checkpoints
-    (``fairfl.sweeps``) and papermill ends with the cell's error, in one piece. A second Ctrl-C
-    stops at once. Either way `reproduce` prints one line and keeps the last good notebook."""
+    """Ctrl-C during `reproduce`, however many and whenever they come: one line, exit status 130,
+    the last good notebook kept.
+
+    The first one interrupts the notebook's kernel if a cell is running (jupyter_client starts the
+    kernel in a session of its own, so the terminal's Ctrl-C does not reach it): the cell stops as
+    Ctrl-C stops it in JupyterLab (a sweep keeps its finished runs and checkpoints and says so in
+    one line, ``fairfl.sweeps``, which `reproduce` repeats) and papermill ends with that cell's
+    error. Between two cells, or while the kernel starts, nothing is sent (a kernel signalled while
+    it starts dies with a traceback): the next cell does not start. A second Ctrl-C stops at once:
+    the kernel and its workers are killed, the notebook so far is kept as failed, one line is said
+    and the process ends there (``os._exit``: tearing down a kernel connection cut in the middle of
+    a message printed asyncio's and zmq's tracebacks). Any later one is ignored."""
 
     def __init__(self) -> None:
         self.asked = False
+        self.executing = False
         self.kernels: list = []
+        self.stop_now = None            # what the second Ctrl-C does before the process ends (per notebook)
 
     def kernel_manager_class(self):
         from jupyter_client.manager import AsyncKernelManager
@@ -211,26 +256,44 @@ class _Interrupt:
 
     def __exit__(self, *exc) -> None:
         import signal
-        signal.signal(signal.SIGINT, self._previous)
+        # interrupted, the process is about to end: a Ctrl-C while it does changes nothing
+        signal.signal(signal.SIGINT, signal.SIG_IGN if self.asked else self._previous)
 
-    def _handle(self, signum, frame) -> None:
-        import signal
-        if self.asked:
-            raise KeyboardInterrupt
-        self.asked = True
+    def _signal_kernels(self, signum: int) -> None:
         for km in self.kernels:
             pid = getattr(getattr(km, "provisioner", None), "pid", None)
             if pid is not None:
                 try:
-                    os.killpg(os.getpgid(pid), signal.SIGINT)
+                    os.killpg(os.getpgid(pid), signum)
                 except OSError:       # the kernel has just ended
                     pass
 
-    def before_cell(self, **_) -> None:
-        """papermill's hook before each cell: nothing more runs once Ctrl-C was pressed (it may come
-        while the kernel starts or between two cells, when no cell is there to interrupt)."""
+    def _handle(self, signum, frame) -> None:
+        import signal
         if self.asked:
-            raise KeyboardInterrupt
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            self._signal_kernels(signal.SIGKILL)
+            if self.stop_now is not None:
+                self.stop_now()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+        self.asked = True
+        if self.executing:
+            self._signal_kernels(signal.SIGINT)
+
+    # papermill's (nbclient's) hooks around each cell
+    def before_cell(self, **_) -> None:
+        """Nothing more runs once Ctrl-C was pressed (it may come while the kernel starts or between
+        two cells, when no cell is there to interrupt)."""
+        if self.asked:
+            raise _Stopped("interrupted before the next cell")
+
+    def cell_executing(self, **_) -> None:
+        self.executing = True
+
+    def cell_done(self, **_) -> None:
+        self.executing = False
 
 
 def _cmd_reproduce(args) -> int:
@@ -286,38 +349,60 @@ def _reproduce_one(nb: Path, out_dir: Path, profile: str, parameters: dict, devi
     failed = out_dir / f"{nb.stem}.failed.ipynb"
     partial = out_dir / f".{nb.stem}.partial.ipynb"
     claims_file = out_dir / f"{nb.stem}.claims.json"
-    claims_file.unlink(missing_ok=True)
-    os.environ["FAIRFL_CLAIMS_FILE"] = str(claims_file)  # the kernel inherits it (fairfl.claims)
+    # the verdicts go to a file of their own until the notebook has run to its end: those of the last
+    # good notebook stay beside it (it was deleted when a notebook started)
+    claims_partial = out_dir / f".{nb.stem}.claims.partial.json"
+    claims_partial.unlink(missing_ok=True)
+    os.environ["FAIRFL_CLAIMS_FILE"] = str(claims_partial)  # the kernel inherits it (fairfl.claims)
     given = "".join(f" {k}={v!r}" for k, v in parameters.items())
     expected = expected_time(nb.name, profile, device) if not parameters else "not measured (parameters changed)"
     print(f"start   {nb.name:<40} {time.strftime('%H:%M:%S')}  {profile}{given}; expected {expected}", flush=True)
-    error = None
+
+    def interrupted(said: str | None) -> None:
+        interrupt.stop_now = None           # said once: a later Ctrl-C only ends the process
+        _keep_partial(partial, failed)
+        claims_partial.unlink(missing_ok=True)
+        kept = f"the last good one is kept at {target}" if target.is_file() else "there is no earlier executed one"
+        said = said or "finished runs stay cached and a run stopped at its checkpoint resumes when you run it again"
+        print(f"\ninterrupted  {nb.name} after {time.time() - t0:.1f} s: {said}; {kept}", flush=True)
+    interrupt.stop_now = lambda: interrupted("stopped at once (a second Ctrl-C); a run stopped at its checkpoint "
+                                             "resumes when you run it again")
+    error = said = None
     try:
         # the kernel's output is streamed here as it comes (progress bars, the claims' verdicts)
         stream = {} if args.quiet else {"log_output": True, "stdout_file": sys.stdout, "stderr_file": sys.stderr}
+        if interrupt.asked:                 # Ctrl-C while papermill was imported: no kernel is started
+            raise KeyboardInterrupt
         pm.execute_notebook(str(nb), str(partial), parameters={"profile": profile, **parameters},
                             kernel_name=args.kernel, progress_bar=False, cwd=str(nb.parent),
                             extra_arguments=KERNEL_ARGUMENTS, kernel_manager_class=interrupt.kernel_manager_class(),
-                            on_cell_start=interrupt.before_cell, **stream)
+                            on_cell_start=interrupt.before_cell, on_cell_execute=interrupt.cell_executing,
+                            on_cell_executed=interrupt.cell_done, **stream)
     except KeyboardInterrupt:
         interrupt.asked = True
     except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
         lines = str(e).strip().splitlines()
         error = lines[-1] if lines else type(e).__name__
+        # the interrupted cell's own line (a sweep's "interrupted: 3 of 8 runs cached, …"), said here too
+        if getattr(e, "ename", "") == "SweepInterrupted":
+            said = str(getattr(e, "evalue", "")) or None
     finally:
         os.environ.pop("FAIRFL_CLAIMS_FILE", None)
     seconds = time.time() - t0
     if interrupt.asked:
-        _keep_partial(partial, failed)
-        kept = f"the last good one is kept at {target}" if target.is_file() else "there is no earlier executed one"
-        print(f"\ninterrupted  {nb.name} after {seconds:.1f} s: finished runs stay cached and a run stopped at its "
-              f"checkpoint resumes when you run it again; {kept}", flush=True)
+        interrupted(said)
         return "interrupted"
+    interrupt.stop_now = None
     if error is not None:
         _keep_partial(partial, failed)
+        claims_partial.unlink(missing_ok=True)
         print(f"FAILED  {nb.name:<40} {seconds:7.1f} s  {error}  (see {failed if failed.is_file() else target})")
         return "failed"
     os.replace(partial, target)
+    if claims_partial.is_file():
+        os.replace(claims_partial, claims_file)
+    else:                                    # this notebook records no claims: none of an earlier one stay
+        claims_file.unlink(missing_ok=True)
     failed.unlink(missing_ok=True)
     print(f"ok      {nb.name:<40} {seconds:7.1f} s  {summary(claims_file)}  -> {target}")
     return "ok"
@@ -401,6 +486,14 @@ OUTSIDE = ("error: {module!r} is not installed in this Python ({python}), which 
            "(or `.venv/bin/fairfl ...`); or install it into your own: pip install \"./[notebooks]\"")
 
 
+def _interrupt_once(signum, frame) -> None:
+    """Ctrl-C: KeyboardInterrupt once; a second one while the first unwinds (a checkpoint being
+    closed, the line being said) changes nothing, instead of a traceback from the middle of it."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     from . import __version__
     p = _Parser(prog="fairfl", description=__doc__)
@@ -461,9 +554,20 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = p.parse_known_args(argv)
     if extra:
         _unrecognised(sub.choices[args.command], extra)
+    import signal
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.default_int_handler:     # not where SIGINT is ignored on purpose
+        signal.signal(signal.SIGINT, _interrupt_once)
     from .errors import FairFLError
     try:
         return args.fn(args)
+    except KeyboardInterrupt as e:
+        # whenever it came (importing, training, waiting for another process): one line, exit status 130,
+        # and a Ctrl-C while the process ends changes nothing
+        previous = signal.SIG_IGN
+        print(f"\n{e}" if isinstance(e, _Said) else f"\ninterrupted: fairfl {args.command} stopped",
+              file=sys.stderr, flush=True)
+        return 130
     except FairFLError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -478,6 +582,10 @@ def main(argv: list[str] | None = None) -> int:
         # devnull first (the recipe of Python's documentation on SIGPIPE).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        # an in-process caller gets its handler back; an interrupted process keeps ignoring Ctrl-C as it ends
+        if signal.getsignal(signal.SIGINT) is _interrupt_once or previous is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, previous)
 
 
 if __name__ == "__main__":

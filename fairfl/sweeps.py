@@ -31,6 +31,7 @@ from typing import Iterable, Sequence
 from .atomic import atomic_write
 from .backends import (Backend, Failure, ProcessBackend, RayBackend, SerialBackend, WorkerDied,  # noqa: F401
                        chosen_backend, default_backend)
+from .cache import FILES as CACHE_FILES
 from .cache import Claim, checked_load, is_cached, pack, prepare, receive, results_folder, store
 from .cache import load as load_entry
 from .cache import entry as cache_entry
@@ -357,13 +358,15 @@ class SweepInterrupted(KeyboardInterrupt):
 
 def _interrupted(backend: Backend, watch: SweepProgress, configs: Sequence[ExperimentConfig],
                  root: Path | None) -> SweepInterrupted:
-    """Stop the backend's workers (each run stops at its last checkpoint) and say what is kept."""
-    running = watch.running()
+    """Stop the backend's workers (each run stops at its last checkpoint) and say what is kept:
+    counted once they are stopped, so that a run that finished (its entry written) before its
+    worker was told is cached, not running, whether or not its result had reached the sweep."""
     watch.close()
     stop = getattr(backend, "terminate", None)
     if stop is not None:
         stop()
     cached = sum(is_cached(c, root) for c in configs)
+    running = sum(not all((Path(folder) / name).is_file() for name in CACHE_FILES) for folder in watch.started_folders())
     message = (f"interrupted: {cached} of {len(configs)} runs cached, {running} running stopped at their "
                "checkpoints; re-run to resume")
     return SweepInterrupted(message)

@@ -467,3 +467,173 @@ def test_the_readme_has_one_command_form():
     assert not re.findall(r"python -m fairfl", readme)
     commands = re.findall(r"^fairfl \w+", readme, flags=re.M)
     assert len(commands) >= 4, commands
+
+
+# ----------------------------------------------------------------------------- Ctrl-C, however many, whenever
+
+def _session(args, env, **kw):
+    """A command in a session of its own: os.killpg(p.pid, SIGINT) is then what a terminal's Ctrl-C does."""
+    return subprocess.Popen([sys.executable, "-m", "fairfl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True, **kw)
+
+
+def _ctrl_c(p, times=1, gap=0.3):
+    import signal
+    import time
+    for i in range(times):
+        if i:
+            time.sleep(gap)
+        try:
+            os.killpg(p.pid, signal.SIGINT)
+        except ProcessLookupError:          # it has ended already
+            break
+
+
+def _wait_for(condition, timeout, what):
+    import time
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout} s for {what}"
+        time.sleep(0.1)
+
+
+def _no_noise(text):
+    for noise in ("Traceback", "Task exception", "ZMQError", "IPKernelApp", "InvalidStateError", "Exception ignored"):
+        assert noise not in text, text
+
+
+LONG_RUN = ["run", "--set", "dataset=adult", "--set", "model=logreg", "--set", "rounds=100000",
+            "--set", "local.batch_size=500", "--set", "checkpoint_every=5"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_fairfl_run_is_one_line_and_130_however_many_and_whenever(tmp_path):
+    """Training, twice in a row, in its first second, and while waiting for another process's run:
+    exit status 130 and one line on stderr, no traceback (it printed KeyboardInterrupt's)."""
+    from fairfl.progress import read
+    env = {**os.environ, "FAIRFL_RESULTS": str(tmp_path / "results"), "TQDM_DISABLE": "1"}
+    trainer = _session(LONG_RUN, env)
+    try:
+        _wait_for(lambda: any(read(d) for d in (tmp_path / "results").glob("*") if d.is_dir()), 120, "training")
+        waiter = _session(LONG_RUN, env)
+        _wait_for(lambda: waiter.stderr.readline().find("being trained by another process") >= 0, 120, "the wait")
+        _ctrl_c(waiter)
+        _, err = waiter.communicate(timeout=60)
+        assert waiter.returncode == 130, err
+        _no_noise(err)
+        assert err.strip().startswith("interrupted: stopped waiting for fedavg") and \
+            f"another process (pid {trainer.pid}) goes on training" in err, err
+        assert trainer.poll() is None                                   # the trainer goes on
+        _ctrl_c(trainer, times=2, gap=0.05)                             # twice, as an impatient hand does
+        out, err = trainer.communicate(timeout=60)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+    assert trainer.returncode == 130, err
+    _no_noise(err)
+    (line,) = err.strip().splitlines()
+    assert line.startswith("interrupted: fedavg") and " of 100000 rounds; the same command resumes it" in line, line
+    for delay in (0.3, 1.0):                                            # importing torch, or loading the data
+        import time
+        early = _session(LONG_RUN, {**env, "FAIRFL_RESULTS": str(tmp_path / f"early{delay}")})
+        time.sleep(delay)
+        _ctrl_c(early)
+        _, err = early.communicate(timeout=60)
+        assert early.returncode == 130, err
+        _no_noise(err)
+        assert len(err.strip().splitlines()) == 1 and err.strip().startswith("interrupted"), err
+
+
+def _pool_notebook(path: Path) -> Path:
+    """A notebook that sweeps five real runs on a pool of two worker processes (two runs wait beyond
+    the pool's queue: the case of notebooks 02 and 03), long enough to be interrupted when ROUNDS is
+    large, and records one claim."""
+    body = ("import os\n"
+            "from fairfl import ExperimentConfig, PartitionSpec, LocalTraining\n"
+            "from fairfl.claims import Claims\n"
+            "from fairfl.sweeps import ProcessBackend, run_many\n"
+            "cfg = ExperimentConfig(dataset='adult', model='logreg', rounds=int(os.environ['ROUNDS']),\n"
+            "                       partition=PartitionSpec('attribute', num_clients=2, attribute_values=(0, 1), split=None),\n"
+            "                       local=LocalTraining(batch_size=10, lr=0.01), eval_every=1, checkpoint_every=1)\n"
+            "print('training', flush=True)\n"
+            "with ProcessBackend(workers=2) as backend:\n"
+            "    run_many([cfg.replace(seed=s) for s in range(5)], backend=backend, max_group=1, progress=False)\n"
+            "claims = Claims('93_pool', profile)\n"
+            "claims.check('it ran', True, 'five runs')\n"
+            "claims.finish()")
+    return _notebook(path, body)
+
+
+def _tree(pid):
+    from processes import children
+    out, todo = [], [pid]
+    while todo:
+        kids = children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
+def _alive(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_reproduce_is_one_line_and_130_however_many_and_whenever(tmp_path):
+    """A notebook sweeping five runs on two worker processes: a good run first, then (1) one Ctrl-C
+    while it trains: the sweep's own line, counted from what is on disk, reaches the terminal (it was
+    only inside the failed notebook), no InvalidStateError from the pool, the last good notebook and
+    its claims.json kept (the claims were deleted at the start); (2) two Ctrl-Cs: one line, no
+    asyncio or zmq traceback, the kernel and its workers gone; (3) a Ctrl-C in the first second
+    (a raw traceback before)."""
+    import json
+    import time
+    nb = _pool_notebook(tmp_path / "93_pool.ipynb")
+    out, results = tmp_path / "out", tmp_path / "results"
+    env = {**_env_with_progress(tmp_path), "FAIRFL_RESULTS": str(results), "ROUNDS": "1", "FAIRFL_BACKEND": ""}
+    args = ["reproduce", str(nb), "--profile", "quick", "--output", str(out)]
+    r = subprocess.run([sys.executable, "-m", "fairfl", *args], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0 and "claims: 1 holds" in r.stdout, r.stdout + r.stderr
+    target, claims = out / "quick" / "93_pool.ipynb", out / "quick" / "93_pool.claims.json"
+    good, good_claims = target.read_bytes(), claims.read_bytes()
+
+    for times in (1, 2):
+        p = _session(args, {**env, "ROUNDS": "100000"})
+        first = []
+        _wait_for(lambda: first.append(p.stdout.readline()) or first[-1].startswith("training"), 240, "the sweep")
+        since = time.time()
+        _wait_for(lambda: len([d for d in results.glob("*/progress.json") if d.stat().st_mtime > since]) >= 2, 240,
+                  "both workers to train")
+        processes = [q for q in _tree(p.pid)]
+        _ctrl_c(p, times=times, gap=0.5)
+        stdout, stderr = p.communicate(timeout=120)
+        stdout = "".join(first) + stdout
+        text = stdout + stderr
+        assert p.returncode == 130, text
+        _no_noise(text)
+        said = [line for line in text.splitlines() if line.startswith("interrupted")]
+        assert len(said) == 1 and f"the last good one is kept at {target}" in said[0], text
+        assert target.read_bytes() == good and claims.read_bytes() == good_claims
+        assert (out / "quick" / "93_pool.failed.ipynb").is_file()
+        _wait_for(lambda: not any(_alive(q) for q in processes), 30, "the kernel and its workers to end")
+        if times == 1:
+            entries = [d for d in results.glob("*") if (d / "config.json").is_file()
+                       and json.loads((d / "config.json").read_text())["rounds"] == 100000]       # not the good run's
+            cached = sum((d / "history.json").is_file() for d in entries)
+            stopped = sum((d / "progress.json").is_file() and not (d / "history.json").is_file() for d in entries)
+            assert (f"interrupted: {cached} of 5 runs cached, {stopped} running stopped at their checkpoints; "
+                    "re-run to resume") in said[0], (said, cached, stopped)
+        else:
+            assert "stopped at once (a second Ctrl-C)" in said[0], said
+    assert json.loads(claims.read_text())["verdicts"]
+
+    p = _session(args, {**env, "ROUNDS": "100000"})
+    time.sleep(0.7)                                   # importing papermill: no kernel yet
+    _ctrl_c(p)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 130, stdout + stderr
+    _no_noise(stdout + stderr)
+    assert len([line for line in (stdout + stderr).splitlines() if line.startswith("interrupted")]) == 1, stdout + stderr
