@@ -483,7 +483,7 @@ def _unrecognised(sub: argparse.ArgumentParser, extra: list[str]) -> None:
 # said in one line, with the commands that run fairfl where it is installed.
 OUTSIDE = ("error: {module!r} is not installed in this Python ({python}), which is not fairfl's environment. "
            "Run fairfl from the environment scripts/setup.sh made: `source .venv/bin/activate`, then `fairfl ...` "
-           "(or `.venv/bin/fairfl ...`); or install it into your own: pip install \"./[notebooks]\"")
+           "(or `.venv/bin/fairfl ...`); or install it into your own, from the repository: pip install \".[notebooks]\"")
 
 
 def _interrupt_once(signum, frame) -> None:

