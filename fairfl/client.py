@@ -17,6 +17,7 @@ run's device and hands back CPU tensors, so that server rules never meet a devic
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -303,8 +304,12 @@ def hessians(model: nn.Module, point: torch.Tensor, data: Sequence[Client], clie
     """(m, d, d) dense Hessians ∇²fₖ(point) (``torch.func.hessian``; float64 by default) — for a small
     model only: d² numbers per client."""
     points = _rows(point, len(clients))
-    return torch.stack(_second_order(model, points, data, clients, dtype,
-                                     lambda loss, p, r: torch.func.hessian(loss)(p.detach()), chunk))
+    # torch.func.hessian's forward-mode half compiles torch's jvp decompositions with torch.jit.script on its
+    # first use, which warns that torch.jit.script is deprecated: torch's own call, nothing to change here
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+        return torch.stack(_second_order(model, points, data, clients, dtype,
+                                         lambda loss, p, r: torch.func.hessian(loss)(p.detach()), chunk))
 
 
 def train_objectives(model: nn.Module, global_flat: torch.Tensor, data: Sequence[Client], clients: Sequence[int],

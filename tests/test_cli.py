@@ -637,3 +637,42 @@ def test_ctrl_c_in_reproduce_is_one_line_and_130_however_many_and_whenever(tmp_p
     assert p.returncode == 130, stdout + stderr
     _no_noise(stdout + stderr)
     assert len([line for line in (stdout + stderr).splitlines() if line.startswith("interrupted")]) == 1, stdout + stderr
+
+
+# ----------------------------------------------------------------------------- quiet by default
+
+def test_data_require_reports_only_the_datasets_it_requires():
+    """What setup.sh runs before `make lab` and `make test`: the required datasets, not three
+    "missing" ones that nothing there needs."""
+    r = fairfl("data", "--require", "fashion_mnist", "adult", env={"FAIRFL_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr
+    assert [line.split()[0] for line in r.stdout.splitlines()] == ["fashion_mnist", "adult"], r.stdout
+    assert "missing" not in r.stdout
+
+
+def test_a_dataset_without_a_test_file_says_so_instead_of_0_test():
+    import torch
+
+    from fairfl.data.base import ArrayDataset
+    x, y = torch.zeros(5, 80, dtype=torch.long), torch.zeros(5, dtype=torch.long)
+    ds = ArrayDataset("shakespeare", x, y, x[:0], y[:0], num_classes=81, source="plays")
+    assert "0 test" not in ds.summary()
+    assert ds.summary().startswith("shakespeare: 5 samples, no test file (the partition splits each client's into "
+                                   "train / val / test), input (80,), 81 classes"), ds.summary()
+    assert ArrayDataset("d", x, y, x, y, num_classes=81, source="s").summary().startswith("d: 5 train / 5 test,")
+
+
+def test_second_order_methods_warn_about_nothing_of_theirs():
+    """FedNL's and FedNew's dense Hessians (torch.func.hessian) in a fresh process with FutureWarning
+    as an error: torch's deprecation of torch.jit.script, which its jvp decompositions call on first
+    use, is not shown (it was, on every FedNL/FedNew run)."""
+    code = ("import torch\nfrom torch import nn\nfrom fairfl.client import ClientRuntime, flat_params\n"
+            "from fairfl.partition import Client\n"
+            "torch.manual_seed(0)\nmodel = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))\n"
+            "x, y = torch.randn(7, 3), torch.randint(0, 2, (7,))\n"
+            "clients = ClientRuntime(model, [Client(x, y, x[:0], y[:0], x[:1], y[:1])], seed=0)\n"
+            "print(clients.hessian(flat_params(model), [0]).shape)")
+    r = subprocess.run([sys.executable, "-W", "error::FutureWarning", "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "torch.Size([1, 26, 26])" and "Warning" not in r.stderr, r.stdout + r.stderr
