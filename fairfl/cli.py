@@ -481,6 +481,11 @@ def _unrecognised(sub: argparse.ArgumentParser, extra: list[str]) -> None:
     sub.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
 
+# The modules of fairfl's dependencies (pyproject.toml), by the names they are imported under
+DEPENDENCIES = {"torch", "torchvision", "numpy", "pandas", "scipy", "cvxpy", "quadprog", "matplotlib", "seaborn",
+                "tqdm", "yaml", "papermill", "nbformat", "jupyter_client", "ipykernel", "ipywidgets", "IPython",
+                "ray", "flwr"}
+
 # What a Python outside fairfl's environment lacks first (a bare `python -m fairfl` in the repository):
 # said in one line, with the commands that run fairfl where it is installed.
 OUTSIDE = ("error: {module!r} is not installed in this Python ({python}), which is not fairfl's environment. "
@@ -574,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as e:
-        if not e.name or e.name.split(".")[0] == "fairfl":
+        if not e.name or e.name.split(".")[0] not in DEPENDENCIES:      # another module's: its own traceback
             raise
         print(OUTSIDE.format(module=e.name.split(".")[0], python=sys.executable), file=sys.stderr)
         return 1
