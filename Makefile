@@ -1,7 +1,7 @@
 # The two commands of the README:
 #   make figures   set up, then regenerate every figure with the quick profile
 #   make test      set up, then run the unit tests and every notebook (smoke profile) under nbval
-# and make lab: set up, then open the notebooks in JupyterLab
+# and make lab [ARGS=...]: set up, then open the notebooks in JupyterLab
 PY := .venv/bin/python
 PROFILE ?= quick
 
@@ -22,9 +22,16 @@ test: setup pfl-env
 	OMP_NUM_THREADS=1 FAIRFL_PROFILE=smoke FAIRFL_RESULTS=$$tmp/results FAIRFL_FIGURES=$$tmp/figures TQDM_DISABLE=1 \
 	$(PY) -m pytest -n 2 --dist loadfile --nbval-lax tests notebooks
 
+# JupyterLab at the repository root, so that its file browser reaches outputs/ and figures/ beside
+# notebooks/, where it opens. ARGS go to jupyter lab as they are, e.g. on a remote machine
+#   make lab ARGS="--no-browser --ip=0.0.0.0 --port=8888"
 # jupyter lab refuses to run as root unless told: CI containers and fresh machines often are root
+ARGS ?=
+# The post-save hook keeps `git status` clean after Run All and save (fairfl.notebook.refresh_git_index).
 lab: setup
-	.venv/bin/jupyter lab notebooks/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+	.venv/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks \
+	  --FileContentsManager.post_save_hook=fairfl.notebook.refresh_git_index \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(ARGS)
 
 unit: setup pfl-env
 	$(PY) -m pytest -n 2 tests

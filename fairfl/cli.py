@@ -1,8 +1,10 @@
-"""python -m fairfl: data / run / reproduce / results / list."""
+"""fairfl: data / run / reproduce / results / list."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -14,7 +16,9 @@ from .claims import PROFILES
 
 def _cmd_data(args) -> int:
     from .data import report
-    rows = report(args.names or None)
+    # `data --require A B` (what setup.sh runs) reports A and B only: the datasets nothing needs were
+    # three "missing" lines at every `make lab` and `make test`
+    rows = report(args.names or args.require or None)
     width = max(len(r[0]) for r in rows)
     for name, status, detail in rows:
         print(f"{name:<{width}}  {status:<7}  {detail}")
@@ -50,6 +54,13 @@ def import_modules(items: list[str]) -> None:
             importlib.import_module(name)
         except ImportError as e:
             raise ConfigError(f"--import {item}: {e}") from None
+        except SyntaxError as e:
+            raise ConfigError(f"--import {item}: {e.filename}, line {e.lineno}: {e.msg}") from None
+        except Exception as e:  # noqa: BLE001 - the module raised while it was imported: say where
+            import traceback
+            frame = traceback.extract_tb(e.__traceback__)[-1]
+            raise ConfigError(f"--import {item}: importing it raised {type(e).__name__}: {e} "
+                              f"({frame.filename}, line {frame.lineno})") from None
 
 
 def _cmd_run(args) -> int:
@@ -69,13 +80,42 @@ def _cmd_run(args) -> int:
         base["device"] = args.device
     cfg = ExperimentConfig.from_dict(base)             # validated as it is made
     t0 = time.time()
-    h = run(cfg, cache=not args.no_cache)
+    try:
+        h = run(cfg, cache=not args.no_cache)
+    except KeyboardInterrupt:
+        raise _Said(_run_interrupted(cfg, args.no_cache)) from None
     acc = h.final_acc()
     where = "not cached (--no-cache)" if args.no_cache else f"results in {run_dir(cfg)}"
     print(f"{cfg.label()}: {h.rounds_done} rounds in {time.time() - t0:.1f} s; "
           f"final client accuracy (%) mean {100 * metrics.mean(acc):.2f}, std {100 * metrics.std(acc):.2f}, "
           f"worst 10 % {100 * metrics.worst(acc):.2f}; {where}")
     return 0
+
+
+class _Said(KeyboardInterrupt):
+    """A Ctrl-C whose one line is its message (printed by :func:`main`, exit status 130)."""
+
+
+def _run_interrupted(cfg, no_cache: bool) -> str:
+    """What a Ctrl-C during `fairfl run` leaves: the run's checkpoint, or another process training it."""
+    from .cache import Claim
+    from .progress import read
+    from .sweeps import run_dir
+    if no_cache:
+        return f"interrupted: {cfg.label()} stopped (--no-cache: nothing is kept)"
+    folder = run_dir(cfg)
+    claim = Claim(folder)
+    try:
+        other = folder.is_dir() and not claim.take(wait=False)
+    finally:
+        claim.release()
+    if other:
+        return (f"interrupted: stopped waiting for {cfg.label()}, which another process ({claim.holder()}) goes on "
+                f"training into {folder}")
+    done = read(folder)
+    after = f" after {done} of {cfg.rounds} rounds" if done else ""
+    return (f"interrupted: {cfg.label()} stopped{after}; the same command resumes it from its last checkpoint "
+            f"in {folder}")
 
 
 def notebook_paths(names: list[str]) -> list[Path]:
@@ -169,21 +209,37 @@ def _profile(args) -> str:
 
 # The kernel is this machine's own child on the loopback: its start-up warning that it "is running
 # over TCP without encryption" says nothing a user of `reproduce` can act on, and it came before
-# every notebook. Only the kernel application's own log is quieted; the notebook's output and its
-# errors are not.
-KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
+# every notebook; nor does "KeyboardInterrupt caught in kernel." (an ERROR of its log) after a Ctrl-C
+# that reached it outside a cell. Only the kernel application's own log is quieted; the notebook's
+# output and its errors are not (they come through the notebook).
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
+
+
+class _Stopped(Exception):
+    """Raised by papermill's hook before a cell once Ctrl-C was pressed: an ordinary exception, so
+    that nbclient ends the execution through its own clean-up (a KeyboardInterrupt raised inside its
+    asyncio loop left tasks behind, whose errors were printed at exit)."""
 
 
 class _Interrupt:
-    """Ctrl-C during `reproduce`: the first one interrupts the notebook's kernel (jupyter_client
-    starts it in a session of its own, so the terminal's Ctrl-C does not reach it), whose running
-    cell stops as Ctrl-C stops it in JupyterLab: a sweep keeps its finished runs and checkpoints
-    (``fairfl.sweeps``) and papermill ends with the cell's error, in one piece. A second Ctrl-C
-    stops at once. Either way `reproduce` prints one line and keeps the last good notebook."""
+    """Ctrl-C during `reproduce`, however many and whenever they come: one line, exit status 130,
+    the last good notebook kept.
+
+    The first one interrupts the notebook's kernel if a cell is running (jupyter_client starts the
+    kernel in a session of its own, so the terminal's Ctrl-C does not reach it): the cell stops as
+    Ctrl-C stops it in JupyterLab (a sweep keeps its finished runs and checkpoints and says so in
+    one line, ``fairfl.sweeps``, which `reproduce` repeats) and papermill ends with that cell's
+    error. Between two cells, or while the kernel starts, nothing is sent (a kernel signalled while
+    it starts dies with a traceback): the next cell does not start. A second Ctrl-C stops at once:
+    the kernel and its workers are killed, the notebook so far is kept as failed, one line is said
+    and the process ends there (``os._exit``: tearing down a kernel connection cut in the middle of
+    a message printed asyncio's and zmq's tracebacks). Any later one is ignored."""
 
     def __init__(self) -> None:
         self.asked = False
+        self.executing = False
         self.kernels: list = []
+        self.stop_now = None            # what the second Ctrl-C does before the process ends (per notebook)
 
     def kernel_manager_class(self):
         from jupyter_client.manager import AsyncKernelManager
@@ -202,26 +258,44 @@ class _Interrupt:
 
     def __exit__(self, *exc) -> None:
         import signal
-        signal.signal(signal.SIGINT, self._previous)
+        # interrupted, the process is about to end: a Ctrl-C while it does changes nothing
+        signal.signal(signal.SIGINT, signal.SIG_IGN if self.asked else self._previous)
 
-    def _handle(self, signum, frame) -> None:
-        import signal
-        if self.asked:
-            raise KeyboardInterrupt
-        self.asked = True
+    def _signal_kernels(self, signum: int) -> None:
         for km in self.kernels:
             pid = getattr(getattr(km, "provisioner", None), "pid", None)
             if pid is not None:
                 try:
-                    os.killpg(os.getpgid(pid), signal.SIGINT)
+                    os.killpg(os.getpgid(pid), signum)
                 except OSError:       # the kernel has just ended
                     pass
 
-    def before_cell(self, **_) -> None:
-        """papermill's hook before each cell: nothing more runs once Ctrl-C was pressed (it may come
-        while the kernel starts or between two cells, when no cell is there to interrupt)."""
+    def _handle(self, signum, frame) -> None:
+        import signal
         if self.asked:
-            raise KeyboardInterrupt
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            self._signal_kernels(signal.SIGKILL)
+            if self.stop_now is not None:
+                self.stop_now()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+        self.asked = True
+        if self.executing:
+            self._signal_kernels(signal.SIGINT)
+
+    # papermill's (nbclient's) hooks around each cell
+    def before_cell(self, **_) -> None:
+        """Nothing more runs once Ctrl-C was pressed (it may come while the kernel starts or between
+        two cells, when no cell is there to interrupt)."""
+        if self.asked:
+            raise _Stopped("interrupted before the next cell")
+
+    def cell_executing(self, **_) -> None:
+        self.executing = True
+
+    def cell_done(self, **_) -> None:
+        self.executing = False
 
 
 def _cmd_reproduce(args) -> int:
@@ -251,6 +325,9 @@ def _cmd_reproduce(args) -> int:
     # A run with -p explores: its executed notebooks go beside the reproduced ones, never over them.
     out_dir = Path(args.output or outputs_root()) / profile / ("explore" if parameters else "")
     out_dir.mkdir(parents=True, exist_ok=True)
+    if parameters:           # and its figures beside them (fairfl.notebook.figure_dir), not over the reproduced ones
+        from .paths import EXPLORE_ENV
+        os.environ[EXPLORE_ENV] = str(out_dir.resolve())
     failures = 0
     with _Interrupt() as interrupt:
         for nb in notebooks:
@@ -274,38 +351,60 @@ def _reproduce_one(nb: Path, out_dir: Path, profile: str, parameters: dict, devi
     failed = out_dir / f"{nb.stem}.failed.ipynb"
     partial = out_dir / f".{nb.stem}.partial.ipynb"
     claims_file = out_dir / f"{nb.stem}.claims.json"
-    claims_file.unlink(missing_ok=True)
-    os.environ["FAIRFL_CLAIMS_FILE"] = str(claims_file)  # the kernel inherits it (fairfl.claims)
+    # the verdicts go to a file of their own until the notebook has run to its end: those of the last
+    # good notebook stay beside it (it was deleted when a notebook started)
+    claims_partial = out_dir / f".{nb.stem}.claims.partial.json"
+    claims_partial.unlink(missing_ok=True)
+    os.environ["FAIRFL_CLAIMS_FILE"] = str(claims_partial)  # the kernel inherits it (fairfl.claims)
     given = "".join(f" {k}={v!r}" for k, v in parameters.items())
     expected = expected_time(nb.name, profile, device) if not parameters else "not measured (parameters changed)"
     print(f"start   {nb.name:<40} {time.strftime('%H:%M:%S')}  {profile}{given}; expected {expected}", flush=True)
-    error = None
+
+    def interrupted(said: str | None) -> None:
+        interrupt.stop_now = None           # said once: a later Ctrl-C only ends the process
+        _keep_partial(partial, failed)
+        claims_partial.unlink(missing_ok=True)
+        kept = f"the last good one is kept at {target}" if target.is_file() else "there is no earlier executed one"
+        said = said or "finished runs stay cached and a run stopped at its checkpoint resumes when you run it again"
+        print(f"\ninterrupted  {nb.name} after {time.time() - t0:.1f} s: {said}; {kept}", flush=True)
+    interrupt.stop_now = lambda: interrupted("stopped at once (a second Ctrl-C); a run stopped at its checkpoint "
+                                             "resumes when you run it again")
+    error = said = None
     try:
         # the kernel's output is streamed here as it comes (progress bars, the claims' verdicts)
         stream = {} if args.quiet else {"log_output": True, "stdout_file": sys.stdout, "stderr_file": sys.stderr}
+        if interrupt.asked:                 # Ctrl-C while papermill was imported: no kernel is started
+            raise KeyboardInterrupt
         pm.execute_notebook(str(nb), str(partial), parameters={"profile": profile, **parameters},
                             kernel_name=args.kernel, progress_bar=False, cwd=str(nb.parent),
                             extra_arguments=KERNEL_ARGUMENTS, kernel_manager_class=interrupt.kernel_manager_class(),
-                            on_cell_start=interrupt.before_cell, **stream)
+                            on_cell_start=interrupt.before_cell, on_cell_execute=interrupt.cell_executing,
+                            on_cell_executed=interrupt.cell_done, **stream)
     except KeyboardInterrupt:
         interrupt.asked = True
     except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
         lines = str(e).strip().splitlines()
         error = lines[-1] if lines else type(e).__name__
+        # the interrupted cell's own line (a sweep's "interrupted: 3 of 8 runs cached, …"), said here too
+        if getattr(e, "ename", "") == "SweepInterrupted":
+            said = str(getattr(e, "evalue", "")) or None
     finally:
         os.environ.pop("FAIRFL_CLAIMS_FILE", None)
     seconds = time.time() - t0
     if interrupt.asked:
-        _keep_partial(partial, failed)
-        kept = f"the last good one is kept at {target}" if target.is_file() else "there is no earlier executed one"
-        print(f"\ninterrupted  {nb.name} after {seconds:.1f} s: finished runs stay cached and a run stopped at its "
-              f"checkpoint resumes when you run it again; {kept}", flush=True)
+        interrupted(said)
         return "interrupted"
+    interrupt.stop_now = None
     if error is not None:
         _keep_partial(partial, failed)
+        claims_partial.unlink(missing_ok=True)
         print(f"FAILED  {nb.name:<40} {seconds:7.1f} s  {error}  (see {failed if failed.is_file() else target})")
         return "failed"
     os.replace(partial, target)
+    if claims_partial.is_file():
+        os.replace(claims_partial, claims_file)
+    else:                                    # this notebook records no claims: none of an earlier one stay
+        claims_file.unlink(missing_ok=True)
     failed.unlink(missing_ok=True)
     print(f"ok      {nb.name:<40} {seconds:7.1f} s  {summary(claims_file)}  -> {target}")
     return "ok"
@@ -318,12 +417,22 @@ def _keep_partial(partial: Path, failed: Path) -> None:
 
 
 def _cmd_results(args) -> int:
-    from .index import format_table, human_size, prune, rows
+    from .errors import ConfigError
+    from .index import format_table, human_size, prune, rows, scan
     from .paths import results_root
     root = Path(args.root) if args.root else results_root()
     if root.exists() and not root.is_dir():
-        from .errors import ConfigError
         raise ConfigError(f"--root {root} is a file, not a results folder")
+    if args.root and not root.exists():
+        raise ConfigError(f"--root {root}: no such folder")
+    # a folder of other things (a typo for the results folder, the repository itself) is said to be
+    # one, not listed as unreadable runs, and --prune touches nothing there
+    entries = scan(root)
+    if entries and not any(e.config is not None or e.version is not None or e.finished or e.checkpoint
+                           for e in entries):
+        shown = ", ".join(e.folder.name for e in entries[:4]) + (", …" if len(entries) > 4 else "")
+        raise ConfigError(f"{root} is not a run cache: none of its {len(entries)} folders ({shown}) is a run's entry "
+                          f"(a folder with config.json); the run cache is {results_root()} ($FAIRFL_RESULTS moves it)")
     table = rows(root, args.where or [])             # a bad --where is named before anything is removed
     if args.prune:
         removed = prune(root)
@@ -348,9 +457,55 @@ def _cmd_list(args) -> int:
     return 0
 
 
+def _suggest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a suggestion for a mistyped command (Python 3.11's argparse gives none)."""
+
+    def error(self, message: str):
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            message += _suggest(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+        super().error(message)
+
+
+def _unrecognised(sub: argparse.ArgumentParser, extra: list[str]) -> None:
+    """A flag the command does not take: its own usage and the flag it resembles (argparse alone
+    printed the top-level usage, with no hint: `run --confg`)."""
+    flags = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
+    hint = next((_suggest(x.split("=", 1)[0], flags) for x in extra
+                 if x.startswith("-") and _suggest(x.split("=", 1)[0], flags)), "")
+    sub.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+
+
+# The modules of fairfl's dependencies (pyproject.toml), by the names they are imported under
+DEPENDENCIES = {"torch", "torchvision", "numpy", "pandas", "scipy", "cvxpy", "quadprog", "matplotlib", "seaborn",
+                "tqdm", "yaml", "papermill", "nbformat", "jupyter_client", "ipykernel", "ipywidgets", "IPython",
+                "ray", "flwr"}
+
+# What a Python outside fairfl's environment lacks first (a bare `python -m fairfl` in the repository):
+# said in one line, with the commands that run fairfl where it is installed.
+OUTSIDE = ("error: {module!r} is not installed in this Python ({python}), which is not fairfl's environment. "
+           "Run fairfl from the environment scripts/setup.sh made: `source .venv/bin/activate`, then `fairfl ...` "
+           "(or `.venv/bin/fairfl ...`); or install it into your own, from the repository: pip install \".[notebooks]\"")
+
+
+def _interrupt_once(signum, frame) -> None:
+    """Ctrl-C: KeyboardInterrupt once; a second one while the first unwinds (a checkpoint being
+    closed, the line being said) changes nothing, instead of a traceback from the middle of it."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fairfl", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
+    from . import __version__
+    p = _Parser(prog="fairfl", description=__doc__)
+    p.add_argument("--version", action="version", version=f"fairfl {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     d = sub.add_parser("data", help="prepare every dataset and report where it was found or what is missing")
     d.add_argument("names", nargs="*", help="datasets (default: all)")
@@ -403,19 +558,41 @@ def main(argv: list[str] | None = None) -> int:
     ls = sub.add_parser("list", help="algorithms, models, datasets, notebooks")
     ls.set_defaults(fn=_cmd_list)
 
-    args = p.parse_args(argv)
+    args, extra = p.parse_known_args(argv)
+    if extra:
+        _unrecognised(sub.choices[args.command], extra)
+    import signal
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.default_int_handler:     # not where SIGINT is ignored on purpose
+        signal.signal(signal.SIGINT, _interrupt_once)
     from .errors import FairFLError
     try:
         return args.fn(args)
+    except KeyboardInterrupt as e:
+        # whenever it came (importing, training, waiting for another process): one line, exit status 130,
+        # and a Ctrl-C while the process ends changes nothing
+        previous = signal.SIG_IGN
+        print(f"\n{e}" if isinstance(e, _Said) else f"\ninterrupted: fairfl {args.command} stopped",
+              file=sys.stderr, flush=True)
+        return 130
     except FairFLError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as e:
+        if not e.name or e.name.split(".")[0] not in DEPENDENCIES:      # another module's: its own traceback
+            raise
+        print(OUTSIDE.format(module=e.name.split(".")[0], python=sys.executable), file=sys.stderr)
+        return 1
     except BrokenPipeError:
         # the reader went away (`fairfl results | head`): what was printed is what was asked for.
         # Python would report the pipe again when it flushes stdout at exit; point stdout at
         # devnull first (the recipe of Python's documentation on SIGPIPE).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        # an in-process caller gets its handler back; an interrupted process keeps ignoring Ctrl-C as it ends
+        if signal.getsignal(signal.SIGINT) is _interrupt_once or previous is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, previous)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ run's device and hands back CPU tensors, so that server rules never meet a devic
 from __future__ import annotations
 
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -313,9 +314,12 @@ def hessians(model: nn.Module, point: torch.Tensor, data: Sequence[Client], clie
     """(m, d, d) dense Hessians ∇²fₖ(point) (``torch.func.hessian``; float64 by default) — for a small
     model only: d² numbers per client. Thread-safe (:data:`FORWARD_AD`)."""
     points = _rows(point, len(clients))
-
     def per_chunk(loss, p, r):
-        with FORWARD_AD:
+        # torch.func.hessian's forward-mode half compiles torch's jvp decompositions with torch.jit.script on
+        # its first use, which warns that torch.jit.script is deprecated: torch's own call, nothing to change
+        # here (warnings' filters are process-wide: changed under the lock, one thread at a time)
+        with FORWARD_AD, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
             return torch.func.hessian(loss)(p.detach())
     return torch.stack(_second_order(model, points, data, clients, dtype, per_chunk, chunk))
 

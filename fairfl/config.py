@@ -31,7 +31,7 @@ from .errors import ConfigError
 from .models import model_options
 from .partition import PartitionSpec
 from .seeding import MAX_SEED
-from .validation import option, validate_options
+from .validation import did_you_mean, option, validate_options
 
 # Bump when a change of the code changes what a config computes, so that no stale result is read.
 # 2: one round loop for every algorithm (the algorithm's options and server step in its own object).
@@ -155,9 +155,10 @@ class ExperimentConfig:
         if not isinstance(d, Mapping):
             raise ConfigError(f"a config must be a mapping of ExperimentConfig fields, got {type(d).__name__}: {d!r}")
         d = dict(d)
-        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(names), key=str)
         if unknown:
-            raise ConfigError(f"unknown config keys: {', '.join(sorted(map(str, unknown)))}")
+            raise ConfigError(f"unknown config keys: {', '.join(map(str, unknown))}{did_you_mean(unknown, names)}")
         for key, kind in (("partition", PartitionSpec), ("local", LocalTraining)):
             if isinstance(d.get(key), Mapping):
                 d[key] = _build(kind, d[key], key)
@@ -240,10 +241,10 @@ def _canonical_device(spec: Any) -> str:
 
 
 def _build(cls, d: Mapping[str, Any], where: str):
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(d) - names
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(d) - set(names), key=str)
     if unknown:
-        raise ConfigError(f"unknown {where} keys: {', '.join(sorted(map(str, unknown)))}")
+        raise ConfigError(f"unknown {where} keys: {', '.join(map(str, unknown))}{did_you_mean(unknown, names)}")
     d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
     return cls(**_coerce_numbers(cls, d))
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 from .claims import PROFILES
 from .errors import ConfigError
-from .paths import figures_root
+from .paths import EXPLORE_ENV, exploring_dir, figures_root
 
 
 def resolve_profile(profile: str | None) -> str:
@@ -38,9 +38,13 @@ def resolve_profile(profile: str | None) -> str:
     return profile
 
 
-def figure_dir(profile: str) -> Path:
+def figure_dir(profile: str, exploring: bool = False) -> Path:
     """Where a notebook's figures go: ``figures/`` for quick and paper, ``figures/smoke/`` for
-    smoke (a CI run never overwrites the real figures)."""
+    smoke (a CI run never overwrites the real figures), and :func:`exploring_dir` for a run
+    whose settings differ from its profile's (``-p``, or an edited parameters cell): an
+    exploration never replaces a reproduced figure."""
+    if exploring:
+        return exploring_dir(profile)
     return figures_root() / "smoke" if profile == "smoke" else figures_root()
 
 
@@ -95,21 +99,56 @@ class Session:
         return Sweep(points, histories)
 
 
+def _profile_source(given: str | None) -> str:
+    """Why this profile, in words for the header line: a Run All in JupyterLab runs ``quick``
+    unless told otherwise, which takes minutes to an hour; the line says how to choose ``smoke``."""
+    if given is not None:
+        return ""
+    if os.environ.get("FAIRFL_PROFILE"):
+        return " (from $FAIRFL_PROFILE)"
+    return ' (the default; profile = "smoke" in the parameters cell runs in seconds)'
+
+
+def header_line(notebook: str | None, profile: str, given: str | None, settings: Mapping[str, Any],
+                overridden: Mapping[str, tuple], exploring: bool, device: str, figures: Path) -> str:
+    """The one line a notebook prints first (:func:`start`): its profile and why, the time it is
+    expected to take here (``fairfl reproduce`` announces the same), what it explores, where its
+    figures go, its settings and device."""
+    from .claims import describe_overrides
+    from .cli import expected_time
+    if exploring:
+        expected = "not measured (settings changed)"
+    elif notebook is None:
+        expected = "not measured"
+    else:
+        expected = expected_time(notebook, profile, device)
+    parts = [f"{notebook + ': ' if notebook else ''}profile {profile}{_profile_source(given)}, expected {expected}"]
+    if overridden:
+        parts.append(f"exploring {describe_overrides(overridden)}: the paper's claims are recorded as not checked")
+    elif exploring:
+        parts.append("exploring (parameters given): the paper's claims are recorded as not checked")
+    parts.append(f"figures -> {figures}")
+    parts.append("settings " + ", ".join(f"{k}={v!r}" for k, v in settings.items()) + f", device={device}")
+    return "; ".join(parts)
+
+
 def start(profile: str | None, profiles: Mapping[str, Mapping[str, Any]], workers: int | None = None,
-          device: str | None = None, **overrides: Any) -> Session:
+          device: str | None = None, notebook: str | None = None, **overrides: Any) -> Session:
     """The header of a notebook: resolve the profile, apply the plotting style, take the
     profile's settings with the parameters cell's non-None overrides (``seeds``, ``rounds``, …),
     the device (the parameter, else ``$FAIRFL_DEVICE``, else the CPU; ``fairfl reproduce
     --device cuda`` sets it) and a backend: the one ``$FAIRFL_BACKEND`` names (``fairfl reproduce
     --backend ray`` sets it), else in-process for smoke and on a GPU (one process feeds the GPU
-    best: all runs of a sweep fused), else a pool of worker processes."""
+    best: all runs of a sweep fused), else a pool of worker processes. Prints one line first
+    (:func:`header_line`): the profile, and the time ``notebook`` (its name, e.g. "00_tour") is
+    expected to take on it."""
     from .engine import resolve_device
     from .plotting import use_style
     from .config import ExperimentConfig
     from .backends import SerialBackend, chosen_backend, default_backend
     device = ExperimentConfig(device=device or os.environ.get("FAIRFL_DEVICE", "cpu")).device
     resolve_device(device)            # a CUDA device this machine lacks is named now, before any data is read
-    profile = resolve_profile(profile)
+    given, profile = profile, resolve_profile(profile)
     if profile not in profiles:
         raise ConfigError(f"this notebook has no {profile!r} profile; it has {', '.join(profiles)}")
     settings = dict(profiles[profile])
@@ -124,12 +163,11 @@ def start(profile: str | None, profiles: Mapping[str, Mapping[str, Any]], worker
     overridden = {k: (profiles[profile][k], v) for k, v in settings.items() if v != profiles[profile][k]}
     use_style()
     backend = SerialBackend() if profile == "smoke" and chosen_backend() is None else default_backend(device, workers)
-    session = Session(profile, settings, figure_dir(profile), backend, device, overridden)
-    print(f"profile={profile}", {k: v for k, v in settings.items()}, f"device={device}",
-          f"figures -> {session.figures}")
-    if overridden:
-        from .claims import describe_overrides
-        print(f"exploring: {describe_overrides(overridden)}; the paper's claims are recorded as not checked")
+    # exploring: settings changed in the parameters cell, or any -p of `fairfl reproduce` (which may
+    # change what no profile setting names, e.g. notebook 04's `shakespeare`)
+    exploring = bool(overridden) or bool(os.environ.get(EXPLORE_ENV))
+    session = Session(profile, settings, figure_dir(profile, exploring), backend, device, overridden)
+    print(header_line(notebook, profile, given, settings, overridden, exploring, device, session.figures), flush=True)
     return session
 
 
@@ -333,3 +371,59 @@ def stored_form(text: str, python_version: str | None = None) -> str:
     out = io.StringIO()
     nbformat.write(nb, out, version=nbformat.NO_CONVERT)
     return out.getvalue()
+
+
+# The git filter that stores the notebooks without outputs (.gitattributes; scripts/setup.sh installs
+# it into a clone's git config with scripts/normalise_notebooks.py --install-filter)
+FILTER = "fairfl-notebook"
+
+
+def committed_form(path: Path) -> str:
+    """The text git stores for the notebook at ``path``: its :func:`stored_form` where this clone has
+    the clean filter (``FILTER``) installed for it, whatever the file holds (JupyterLab's Run All and
+    save put outputs there); else the file as it is (no filter, or not in a git repository)."""
+    import subprocess
+    path = Path(path).resolve()
+    text = path.read_text(encoding="utf-8")
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=path.parent, capture_output=True, text=True,
+                                  timeout=60).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    attribute = git("check-attr", "filter", "--", path.name)
+    if attribute.endswith(f": filter: {FILTER}") and git("config", "--get", f"filter.{FILTER}.clean"):
+        return stored_form(text)
+    return text
+
+
+def refresh_git_index(os_path: str, model: Mapping[str, Any], contents_manager: Any = None, wait: bool = False,
+                      **_: Any) -> None:
+    """Jupyter's post-save hook (``make lab`` sets it): after JupyterLab saves a tracked notebook
+    whose stored form is the one in git's index (Run All and save: only outputs changed), refresh
+    that index entry (``git add`` of content equal to the index stores nothing). Git's status
+    otherwise lists the notebook as modified although ``git diff`` shows nothing: a file whose size
+    changed is taken as changed without running the clean filter. Runs in a thread (the filter
+    takes seconds; a save must not wait for it) unless ``wait``; a notebook with a real change, an
+    untracked one, or one outside a git repository is left alone."""
+    import subprocess
+    import threading
+    if model.get("type") != "notebook":
+        return
+    path = Path(os_path)
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=path.parent, capture_output=True, text=True, timeout=300)
+
+    def refresh() -> None:
+        try:
+            indexed = git("show", f":./{path.name}")
+            if indexed.returncode == 0 and committed_form(path) == indexed.stdout:
+                git("add", "--", path.name)
+        except (OSError, ValueError, subprocess.SubprocessError):    # a courtesy: never fail a save
+            pass
+    if wait:
+        refresh()
+    else:
+        threading.Thread(target=refresh, name="fairfl-git-refresh", daemon=True).start()

@@ -35,3 +35,16 @@ def notebooks_root() -> Path:
 def outputs_root() -> Path:
     """Executed copies of notebooks: ``$FAIRFL_OUTPUTS`` or ``<repo>/outputs``."""
     return _env_path("FAIRFL_OUTPUTS", REPO_ROOT / "outputs")
+
+
+# Set by `fairfl reproduce -p ...` for its kernels: the folder its executed notebooks go to
+# (outputs/<profile>/explore/, or under --output), where the exploration's figures go too.
+EXPLORE_ENV = "FAIRFL_EXPLORE_DIR"
+
+
+def exploring_dir(profile: str) -> Path:
+    """Where an exploration (settings that differ from the profile's) writes its figures: beside its
+    executed notebooks, ``$FAIRFL_EXPLORE_DIR`` when ``fairfl reproduce -p`` set it, else
+    ``outputs/<profile>/explore/``."""
+    given = os.environ.get(EXPLORE_ENV)
+    return Path(given) if given else outputs_root() / profile / "explore"

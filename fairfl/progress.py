@@ -153,6 +153,13 @@ class SweepProgress:
         with self._lock:
             return len(self.started - self.ended)
 
+    def started_folders(self) -> list[Path]:
+        """The cache entries of the runs that reported progress in this sweep and that the sweep has
+        not seen end (some may have ended since: their entries say so)."""
+        self.poll()
+        with self._lock:
+            return [self.folders[i] for i in sorted(self.started - self.ended)]
+
 
     def _state(self) -> tuple[int, str]:
         """Rounds done, and the postfix that says what is happening."""

@@ -31,6 +31,7 @@ from typing import Iterable, Sequence
 from .atomic import atomic_write
 from .backends import (Backend, Failure, ProcessBackend, RayBackend, SerialBackend, WorkerDied,  # noqa: F401
                        chosen_backend, default_backend)
+from .cache import FILES as CACHE_FILES
 from .cache import Claim, checked_load, is_cached, pack, prepare, receive, results_folder, store
 from .cache import load as load_entry
 from .cache import entry as cache_entry
@@ -111,13 +112,27 @@ _NAMES_ONLY = _NamesOnly()
 
 
 def _portable(config: ExperimentConfig) -> tuple[dict, str]:
-    """A config as plain data for a worker process, with the module that defines its algorithm
-    (a worker imports it, so that an algorithm registered outside fairfl is known there)."""
-    module = type(config.algorithm).__module__
-    if module == "__main__":
-        raise RunFailedError(f"algorithm {config.algorithm.name!r} is defined in __main__ (a notebook or a script), "
-                             "where worker processes cannot import it: put it in a module, or use SerialBackend()")
-    return config.to_dict(), module
+    """A config as plain data for a worker, with the module that defines its algorithm (a worker
+    imports it, so that an algorithm registered outside fairfl is known there). An algorithm of
+    ``__main__`` only ever reaches a worker in this process (:func:`_here_for_main`), where
+    importing ``__main__`` is a no-op."""
+    return config.to_dict(), type(config.algorithm).__module__
+
+
+def _here_for_main(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | None) -> Backend:
+    """An algorithm defined in ``__main__`` — a notebook cell, or a script run as ``python my.py``
+    — cannot be imported by a worker process (nor a Ray task): a sweep with one trains in this
+    process instead, with its progress and cache as usual, and says so in one line. A notebook cell
+    is where a new algorithm is first written, so this is its route, not an error."""
+    if isinstance(backend, SerialBackend):
+        return backend
+    names = sorted({c.algorithm.name for c in configs
+                    if type(c.algorithm).__module__ == "__main__" and not is_cached(c, root)})
+    if not names:
+        return backend
+    print(f"{', '.join(names)}: defined in this notebook or script (__main__), which worker processes cannot "
+          "import, so this sweep trains in this process (put it in a module to use the workers)", flush=True)
+    return SerialBackend()
 
 
 @dataclass(frozen=True)
@@ -394,6 +409,7 @@ def run_many(configs: Iterable[ExperimentConfig], backend: Backend | None = None
     if backend is None:      # one run trains in this process, unless $FAIRFL_BACKEND asks for another place
         one = sum(not is_cached(c, root) for c in configs) <= 1
         backend = SerialBackend() if one and chosen_backend() is None else default_backend(device)
+    backend = _here_for_main(configs, backend, root)
     try:
         check_devices(configs, backend)          # the devices exist where the runs train (made lazily: nothing started)
         return _sweep(configs, backend, root, progress, keep_diverged, max_group)
@@ -496,13 +512,15 @@ class SweepInterrupted(KeyboardInterrupt):
 
 def _interrupted(backend: Backend, watch: SweepProgress, configs: Sequence[ExperimentConfig],
                  root: Path | None) -> SweepInterrupted:
-    """Stop the backend's workers (each run stops at its last checkpoint) and say what is kept."""
-    running = watch.running()
+    """Stop the backend's workers (each run stops at its last checkpoint) and say what is kept:
+    counted once they are stopped, so that a run that finished (its entry written) before its
+    worker was told is cached, not running, whether or not its result had reached the sweep."""
     watch.close()
     stop = getattr(backend, "terminate", None)
     if stop is not None:
         stop()
     cached = sum(is_cached(c, root) for c in configs)
+    running = sum(not all((Path(folder) / name).is_file() for name in CACHE_FILES) for folder in watch.started_folders())
     message = (f"interrupted: {cached} of {len(configs)} runs cached, {running} running stopped at their "
                "checkpoints; re-run to resume")
     return SweepInterrupted(message)

@@ -22,6 +22,18 @@ import numpy as np
 from .errors import ConfigError
 
 
+def did_you_mean(unknown: Sequence[Any], known: Sequence[str]) -> str:
+    """"; did you mean 'rounds'?" for names that are close to a known one (a typo of a key or an
+    option), else ""."""
+    import difflib
+    pairs = []
+    for name in unknown:
+        close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
+        if close:
+            pairs.append(f"{close[0]!r}" + (f" for {name!r}" if len(unknown) > 1 else ""))
+    return f"; did you mean {', '.join(pairs)}?" if pairs else ""
+
+
 def option(default: Any = dataclasses.MISSING, *, low: float | None = None, high: float | None = None,
            low_open: bool = False, high_open: bool = False, choices: Sequence[Any] | None = None,
            doc: str = "", default_factory: Any = dataclasses.MISSING) -> Any:
@@ -157,8 +169,8 @@ def call_options(fn: Any, options: Mapping[str, Any], owner: str, skip: Sequence
               if name not in skip and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     unknown = sorted(set(options) - set(params))
     if unknown:
-        raise ConfigError(f"{owner}: unknown option(s) {', '.join(unknown)}; the options are: "
-                          f"{', '.join(params) or 'none'}")
+        raise ConfigError(f"{owner}: unknown option(s) {', '.join(unknown)}{did_you_mean(unknown, list(params))}; "
+                          f"the options are: {', '.join(params) or 'none'}")
     out = {}
     for name, p in params.items():
         if name not in options and p.default is inspect.Parameter.empty:

@@ -56,8 +56,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   pip_install --upgrade pip
   pip_install -r requirements.txt
   pip_install --no-deps -r requirements-data.txt
-  pip_install --no-deps -e .
+  # setuptools' box about editable installs ("Please be careful with folders in your working directory with the
+  # same name as your package") concerns a layout where that folder is not the package; here it is
+  PYTHONWARNINGS="ignore:Editable installation" pip_install --no-deps -e .
   echo "$want" > "$stamp"
+fi
+# git stores the notebooks without their outputs, so that Run All and save in JupyterLab change nothing
+# that git sees (.gitattributes; scripts/normalise_notebooks.py says why this way)
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  .venv/bin/python scripts/normalise_notebooks.py --install-filter
 fi
 echo "== datasets"
 .venv/bin/python -m fairfl data --require fashion_mnist adult mnist_5k

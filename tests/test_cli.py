@@ -335,3 +335,344 @@ def test_an_explicit_profile_beats_the_environment_in_a_notebook_too(monkeypatch
         nb = nbformat.read(path, as_version=4)
         (cell,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
         assert cell.source.startswith("profile = None "), path.name
+
+
+def _checksums(folder: Path) -> dict[str, str]:
+    import hashlib
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_exploring_never_touches_the_reproduced_figures(tmp_path):
+    """Notebook 00 reproduced in smoke, then explored twice: with `-p rounds=3`, and with the
+    parameters cell edited (`rounds = 4`) and run cell by cell in a kernel, as JupyterLab does.
+    The reproduced figures keep their checksums; each exploration's figures go beside its executed
+    notebook (outputs/smoke/explore/). Before, both wrote over figures/smoke/00_tour_*.png."""
+    import nbformat
+    from nbclient import NotebookClient
+    figures, outputs = tmp_path / "figures", tmp_path / "outputs"
+    env = {**_env_with_progress(tmp_path), "FAIRFL_FIGURES": str(figures), "FAIRFL_OUTPUTS": str(outputs),
+           "FAIRFL_RESULTS": str(tmp_path / "results"), "FAIRFL_PROGRESS": "off"}
+    r = _reproduce("00", "--profile", "smoke", "--quiet", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    reproduced = _checksums(figures)
+    assert {"smoke/00_tour_curves.png", "smoke/00_tour_curves.pdf"} <= set(reproduced), reproduced
+
+    r = _reproduce("00", "--profile", "smoke", "-p", "rounds=3", "--quiet", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _checksums(figures) == reproduced
+    explored = outputs / "smoke" / "explore"
+    by_p = _checksums(explored)
+    assert "00_tour.ipynb" in by_p and "00_tour_curves.png" in by_p, sorted(by_p)
+    assert by_p["00_tour_curves.png"] != reproduced["smoke/00_tour_curves.png"]      # three rounds, not two
+    executed = nbformat.read(explored / "00_tour.ipynb", as_version=4)
+    said = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
+    assert f"figures -> {explored}" in said
+
+    nb = nbformat.read(Path(__file__).resolve().parent.parent / "notebooks" / "00_tour.ipynb", as_version=4)
+    (cell,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert "\nrounds = None" in cell.source
+    cell.source = cell.source.replace("\nrounds = None", "\nrounds = 4")
+    kernel_env = {k: v for k, v in env.items() if k != "FAIRFL_EXPLORE_DIR"}
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute(env={**kernel_env, "FAIRFL_PROFILE": "smoke"})
+    assert _checksums(figures) == reproduced
+    by_cell = _checksums(explored)
+    assert by_cell["00_tour_curves.png"] not in (by_p["00_tour_curves.png"], reproduced["smoke/00_tour_curves.png"])
+    said = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert "rounds=4 (profile: 2)" in said and f"figures -> {explored}" in said
+
+
+# ----------------------------------------------------------------------------- a command line that forgives
+
+def test_version_says_which_fairfl():
+    from fairfl import __version__
+    r = fairfl("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"fairfl {__version__}", r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("args, said", [
+    (["run", "--confg", "x.yaml"], ["usage: fairfl run", "unrecognized arguments: --confg x.yaml; did you mean --config?"]),
+    (["results", "--were", "eps=0.1"], ["usage: fairfl results", "did you mean --where?"]),
+    (["reprodce", "00"], ["invalid choice: 'reprodce'", "did you mean reproduce?"]),
+])
+def test_a_mistyped_flag_or_command_gets_its_commands_usage_and_a_suggestion(args, said):
+    r = fairfl(*args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert all(s in r.stderr for s in said), r.stderr
+
+
+def test_a_mistyped_yaml_key_or_option_gets_a_suggestion(tmp_path):
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text("dataset: adult\nmodel: logreg\nround: 3\nlocal: {bacth_size: 10}\n")
+    r = fairfl("run", "--config", str(cfg))
+    assert r.returncode == 2 and "unknown config keys: round; did you mean 'rounds'?" in r.stderr, r.stderr
+    cfg.write_text("dataset: adult\nmodel: logreg\nlocal: {bacth_size: 10}\n")
+    r = fairfl("run", "--config", str(cfg))
+    assert r.returncode == 2 and "unknown local keys: bacth_size; did you mean 'batch_size'?" in r.stderr, r.stderr
+    cfg.write_text("dataset: adult\nmodel: logreg\nalgorithm: {name: fedfv, alpah: 0.5}\n")
+    r = fairfl("run", "--config", str(cfg))
+    assert r.returncode == 2 and "fedfv: unknown option(s) alpah; did you mean 'alpha'?" in r.stderr, r.stderr
+
+
+def test_a_broken_import_file_is_one_named_error(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("from fairfl.algorithms import register\n\nclass Rule(\n")
+    r = fairfl("run", "--import", str(broken))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"error: --import {broken}: {broken}, line 3:"), r.stderr
+    raising = tmp_path / "raising.py"
+    raising.write_text("x = 1\nraise RuntimeError('not ready yet')\n")
+    r = fairfl("run", "--import", str(raising))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"importing it raised RuntimeError: not ready yet ({raising}, line 2)" in r.stderr, r.stderr
+
+
+def test_results_says_when_a_folder_is_not_a_run_cache(tmp_path):
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "papers").mkdir()
+    r = fairfl("results", "--root", str(tmp_path), "--prune")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"{tmp_path} is not a run cache: none of its 2 folders (papers, photos) is a run's entry" in r.stderr
+    assert (tmp_path / "photos").is_dir() and (tmp_path / "papers").is_dir()        # --prune touched nothing
+    r = fairfl("results", "--root", str(tmp_path / "typo"))
+    assert r.returncode == 2 and "no such folder" in r.stderr, r.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert fairfl("results", "--root", str(empty)).returncode == 0              # an empty cache is a cache
+
+
+def test_outside_its_environment_fairfl_says_where_to_run_it():
+    """`python -m fairfl list` with a Python that lacks fairfl's dependencies (here the one this
+    environment was made from), in the repository: one line saying which environment runs it."""
+    base = getattr(sys, "_base_executable", None)
+    if not base or sys.prefix == sys.base_prefix:
+        pytest.skip("not in a virtual environment: no other Python at hand")
+    if subprocess.run([base, "-c", "import torch"], capture_output=True).returncode == 0:
+        pytest.skip(f"{base} has torch: it is not outside fairfl's environment")
+    repo = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    r = subprocess.run([base, "-m", "fairfl", "list"], capture_output=True, text=True, cwd=repo, env=env, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    (line,) = r.stderr.splitlines()
+    assert "is not installed in this Python" in line and "source .venv/bin/activate" in line, line
+
+
+def test_the_readme_has_one_command_form():
+    """The `fairfl` command of the activated .venv throughout, never `python -m fairfl`."""
+    import re
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "source .venv/bin/activate" in readme
+    assert not re.findall(r"python -m fairfl", readme)
+    commands = re.findall(r"^fairfl \w+", readme, flags=re.M)
+    assert len(commands) >= 4, commands
+
+
+# ----------------------------------------------------------------------------- Ctrl-C, however many, whenever
+
+def _session(args, env, **kw):
+    """A command in a session of its own: os.killpg(p.pid, SIGINT) is then what a terminal's Ctrl-C does."""
+    return subprocess.Popen([sys.executable, "-m", "fairfl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True, **kw)
+
+
+def _ctrl_c(p, times=1, gap=0.3):
+    import signal
+    import time
+    for i in range(times):
+        if i:
+            time.sleep(gap)
+        try:
+            os.killpg(p.pid, signal.SIGINT)
+        except ProcessLookupError:          # it has ended already
+            break
+
+
+def _wait_for(condition, timeout, what):
+    import time
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout} s for {what}"
+        time.sleep(0.1)
+
+
+def _no_noise(text):
+    for noise in ("Traceback", "Task exception", "ZMQError", "IPKernelApp", "InvalidStateError", "Exception ignored"):
+        assert noise not in text, text
+
+
+LONG_RUN = ["run", "--set", "dataset=adult", "--set", "model=logreg", "--set", "rounds=100000",
+            "--set", "local.batch_size=500", "--set", "checkpoint_every=5"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_fairfl_run_is_one_line_and_130_however_many_and_whenever(tmp_path):
+    """Training, twice in a row, in its first second, and while waiting for another process's run:
+    exit status 130 and one line on stderr, no traceback (it printed KeyboardInterrupt's)."""
+    from fairfl.progress import read
+    env = {**os.environ, "FAIRFL_RESULTS": str(tmp_path / "results"), "TQDM_DISABLE": "1"}
+    trainer = _session(LONG_RUN, env)
+    try:
+        _wait_for(lambda: any(read(d) for d in (tmp_path / "results").glob("*") if d.is_dir()), 120, "training")
+        waiter = _session(LONG_RUN, env)
+        _wait_for(lambda: waiter.stderr.readline().find("being trained by another process") >= 0, 120, "the wait")
+        _ctrl_c(waiter)
+        _, err = waiter.communicate(timeout=60)
+        assert waiter.returncode == 130, err
+        _no_noise(err)
+        assert err.strip().startswith("interrupted: stopped waiting for fedavg") and \
+            f"another process (pid {trainer.pid}) goes on training" in err, err
+        assert trainer.poll() is None                                   # the trainer goes on
+        _ctrl_c(trainer, times=2, gap=0.05)                             # twice, as an impatient hand does
+        out, err = trainer.communicate(timeout=60)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+    assert trainer.returncode == 130, err
+    _no_noise(err)
+    (line,) = err.strip().splitlines()
+    assert line.startswith("interrupted: fedavg") and " of 100000 rounds; the same command resumes it" in line, line
+    for delay in (0.3, 1.0):                                            # importing torch, or loading the data
+        import time
+        early = _session(LONG_RUN, {**env, "FAIRFL_RESULTS": str(tmp_path / f"early{delay}")})
+        time.sleep(delay)
+        _ctrl_c(early)
+        _, err = early.communicate(timeout=60)
+        assert early.returncode == 130, err
+        _no_noise(err)
+        assert len(err.strip().splitlines()) == 1 and err.strip().startswith("interrupted"), err
+
+
+def _pool_notebook(path: Path) -> Path:
+    """A notebook that sweeps five real runs on a pool of two worker processes (two runs wait beyond
+    the pool's queue: the case of notebooks 02 and 03), long enough to be interrupted when ROUNDS is
+    large, and records one claim."""
+    body = ("import os\n"
+            "from fairfl import ExperimentConfig, PartitionSpec, LocalTraining\n"
+            "from fairfl.claims import Claims\n"
+            "from fairfl.sweeps import ProcessBackend, run_many\n"
+            "cfg = ExperimentConfig(dataset='adult', model='logreg', rounds=int(os.environ['ROUNDS']),\n"
+            "                       partition=PartitionSpec('attribute', num_clients=2, attribute_values=(0, 1), split=None),\n"
+            "                       local=LocalTraining(batch_size=10, lr=0.01), eval_every=1, checkpoint_every=1)\n"
+            "print('training', flush=True)\n"
+            "with ProcessBackend(workers=2) as backend:\n"
+            "    run_many([cfg.replace(seed=s) for s in range(5)], backend=backend, max_group=1, progress=False)\n"
+            "claims = Claims('93_pool', profile)\n"
+            "claims.check('it ran', True, 'five runs')\n"
+            "claims.finish()")
+    return _notebook(path, body)
+
+
+def _tree(pid):
+    from processes import children
+    out, todo = [], [pid]
+    while todo:
+        kids = children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
+def _alive(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_reproduce_is_one_line_and_130_however_many_and_whenever(tmp_path):
+    """A notebook sweeping five runs on two worker processes: a good run first, then (1) one Ctrl-C
+    while it trains: the sweep's own line, counted from what is on disk, reaches the terminal (it was
+    only inside the failed notebook), no InvalidStateError from the pool, the last good notebook and
+    its claims.json kept (the claims were deleted at the start); (2) two Ctrl-Cs: one line, no
+    asyncio or zmq traceback, the kernel and its workers gone; (3) a Ctrl-C in the first second
+    (a raw traceback before)."""
+    import json
+    import time
+    nb = _pool_notebook(tmp_path / "93_pool.ipynb")
+    out, results = tmp_path / "out", tmp_path / "results"
+    env = {**_env_with_progress(tmp_path), "FAIRFL_RESULTS": str(results), "ROUNDS": "1", "FAIRFL_BACKEND": ""}
+    args = ["reproduce", str(nb), "--profile", "quick", "--output", str(out)]
+    r = subprocess.run([sys.executable, "-m", "fairfl", *args], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0 and "claims: 1 holds" in r.stdout, r.stdout + r.stderr
+    target, claims = out / "quick" / "93_pool.ipynb", out / "quick" / "93_pool.claims.json"
+    good, good_claims = target.read_bytes(), claims.read_bytes()
+
+    for times in (1, 2):
+        p = _session(args, {**env, "ROUNDS": "100000"})
+        first = []
+        _wait_for(lambda: first.append(p.stdout.readline()) or first[-1].startswith("training"), 240, "the sweep")
+        since = time.time()
+        _wait_for(lambda: len([d for d in results.glob("*/progress.json") if d.stat().st_mtime > since]) >= 2, 240,
+                  "both workers to train")
+        processes = [q for q in _tree(p.pid)]
+        _ctrl_c(p, times=times, gap=0.5)
+        stdout, stderr = p.communicate(timeout=120)
+        stdout = "".join(first) + stdout
+        text = stdout + stderr
+        assert p.returncode == 130, text
+        _no_noise(text)
+        said = [line for line in text.splitlines() if line.startswith("interrupted")]
+        assert len(said) == 1 and f"the last good one is kept at {target}" in said[0], text
+        assert target.read_bytes() == good and claims.read_bytes() == good_claims
+        assert (out / "quick" / "93_pool.failed.ipynb").is_file()
+        _wait_for(lambda: not any(_alive(q) for q in processes), 30, "the kernel and its workers to end")
+        if times == 1:
+            entries = [d for d in results.glob("*") if (d / "config.json").is_file()
+                       and json.loads((d / "config.json").read_text())["rounds"] == 100000]       # not the good run's
+            cached = sum((d / "history.json").is_file() for d in entries)
+            stopped = sum((d / "progress.json").is_file() and not (d / "history.json").is_file() for d in entries)
+            assert (f"interrupted: {cached} of 5 runs cached, {stopped} running stopped at their checkpoints; "
+                    "re-run to resume") in said[0], (said, cached, stopped)
+        else:
+            assert "stopped at once (a second Ctrl-C)" in said[0], said
+    assert json.loads(claims.read_text())["verdicts"]
+
+    p = _session(args, {**env, "ROUNDS": "100000"})
+    time.sleep(0.7)                                   # importing papermill: no kernel yet
+    _ctrl_c(p)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 130, stdout + stderr
+    _no_noise(stdout + stderr)
+    assert len([line for line in (stdout + stderr).splitlines() if line.startswith("interrupted")]) == 1, stdout + stderr
+
+
+# ----------------------------------------------------------------------------- quiet by default
+
+def test_data_require_reports_only_the_datasets_it_requires():
+    """What setup.sh runs before `make lab` and `make test`: the required datasets, not three
+    "missing" ones that nothing there needs."""
+    r = fairfl("data", "--require", "fashion_mnist", "adult", env={"FAIRFL_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr
+    assert [line.split()[0] for line in r.stdout.splitlines()] == ["fashion_mnist", "adult"], r.stdout
+    assert "missing" not in r.stdout
+
+
+def test_a_dataset_without_a_test_file_says_so_instead_of_0_test():
+    import torch
+
+    from fairfl.data.base import ArrayDataset
+    x, y = torch.zeros(5, 80, dtype=torch.long), torch.zeros(5, dtype=torch.long)
+    ds = ArrayDataset("shakespeare", x, y, x[:0], y[:0], num_classes=81, source="plays")
+    assert "0 test" not in ds.summary()
+    assert ds.summary().startswith("shakespeare: 5 samples, no test file (the partition splits each client's into "
+                                   "train / val / test), input (80,), 81 classes"), ds.summary()
+    assert ArrayDataset("d", x, y, x, y, num_classes=81, source="s").summary().startswith("d: 5 train / 5 test,")
+
+
+def test_second_order_methods_warn_about_nothing_of_theirs():
+    """FedNL's and FedNew's dense Hessians (torch.func.hessian) in a fresh process with FutureWarning
+    as an error: torch's deprecation of torch.jit.script, which its jvp decompositions call on first
+    use, is not shown (it was, on every FedNL/FedNew run)."""
+    code = ("import torch\nfrom torch import nn\nfrom fairfl.client import ClientRuntime, flat_params\n"
+            "from fairfl.partition import Client\n"
+            "torch.manual_seed(0)\nmodel = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))\n"
+            "x, y = torch.randn(7, 3), torch.randint(0, 2, (7,))\n"
+            "clients = ClientRuntime(model, [Client(x, y, x[:0], y[:0], x[:1], y[:1])], seed=0)\n"
+            "print(clients.hessian(flat_params(model), [0]).shape)")
+    r = subprocess.run([sys.executable, "-W", "error::FutureWarning", "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "torch.Size([1, 26, 26])" and "Warning" not in r.stderr, r.stdout + r.stderr

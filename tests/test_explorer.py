@@ -182,3 +182,23 @@ def test_a_minus_b_compares_runs_of_different_horizons_at_a_round_both_evaluated
     ex.select("A", rounds=4)
     ex.redraw()
     assert "A − B at the end: +0" in ex.summary
+
+
+def test_b_compares_another_method_on_the_same_data_and_the_text_says_what_its_numbers_are(root):
+    """A notebook's sweep keyed by federation, then method (notebook 06): B is another method on A's
+    federation (it was FedAvg on another federation); the summary names the round and, for the
+    distribution, that the value is its median client (it read "last 78.2"); the metric menu offers
+    the quantities the rules log by name only (it listed every internal key)."""
+    histories = run_many(CONFIGS[:4], root=root, backend=SerialBackend(), progress=False)
+    points = [dict(fed=f, method=m, seed=0) for f in ("FMNIST, 3 clients", "Adult") for m in ("FedAvg", "FedMGDA+")]
+    ex = Sweep(points, histories).explore(static=True)
+    assert ex.factors == ["fed", "method"]
+    assert ex.selection["A"]["fed"] == ex.selection["B"]["fed"] and ex.differing() == ["method"]
+    ex.set_metric(DISTRIBUTION)
+    assert "median client, mean over seeds at round 2:" in ex.summary and "last" not in ex.summary, ex.summary
+    ex.set_metric("mean accuracy (%)")
+    assert "mean over seeds at round 2:" in ex.summary, ex.summary
+    every = fairfl.explore(root=root, static=True)
+    logged = {k for r in every.runs for k in r.load().info}
+    assert logged - {"d_sq", "step_norm2", "lambda_max", "eta"}, "these runs log no internal key to leave out"
+    assert not [m for m in every.metrics if "(per round)" in m or m in logged], list(every.metrics)

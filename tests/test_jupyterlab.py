@@ -372,3 +372,180 @@ def _docs_screenshots(browser, cache: Path) -> None:
             _wait(browser, lambda d: _explorer_image(d, n) not in (None, before), 30, "the redraw")
         browser.execute_script("arguments[0].scrollIntoView()", explorer)
         explorer.screenshot(str(REPO / "docs" / f"explore-{which}.png"))
+
+
+# ----------------------------------------------------------------------------- a newcomer's first afternoon
+
+# Typed into cells of notebook 06 after its Run All, as a person prototyping a rule does: a coordinate-wise
+# median, registered in the notebook's own process, swept with two seeds on 06's data. One statement a line, and
+# the class's body on its line: the editor indents the line after a `class ...:` line.
+NEW_ALGORITHM = ("from dataclasses import dataclass\n"
+                 "from fairfl.algorithms import Algorithm, register\n"
+                 "from fairfl.messages import Aggregate\n"
+                 "@register\n"
+                 "@dataclass(frozen=True)\n"
+                 "class CoordinateMedian(Algorithm): name = 'coordinate_median'; aggregate = lambda self, reports, "
+                 "state, ctx: Aggregate(reports.updates.median(dim=0).values, state, {})")
+SWEEP_IT = ("from fairfl import ExperimentConfig, LocalTraining, PartitionSpec\n"
+            "from fairfl.sweeps import run_many\n"
+            "mine = ExperimentConfig(dataset='adult', model='logreg', algorithm=CoordinateMedian(), rounds=3, "
+            "partition=PartitionSpec('iid', num_clients=6), local=LocalTraining(batch_size=500), clients_per_round=4)\n"
+            "histories = run_many([mine.replace(seed=s) for s in (0, 1)])\n"
+            "print('swept', [h.rounds_done for h in histories])")
+
+
+def _git(clone: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=clone, capture_output=True, text=True, check=True).stdout
+
+
+def _cell_outputs(driver, last: int | None = None) -> list[str]:
+    script = ("const cells = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook "
+              ".jp-Cell')]; const shown = arguments[0] === null ? cells : cells.slice(-arguments[0]); "
+              "return shown.flatMap(c => [...c.querySelectorAll('.jp-OutputArea-output')].map(e => e.textContent))")
+    return driver.execute_script(script, last)
+
+
+def _open_and_run_all(browser, url: str, token: str, path: str, timeout: float) -> int:
+    """Open ``path`` in JupyterLab, take the kernel it proposes, Run All, wait for every code cell to
+    have run; the number of code cells."""
+    import nbformat
+    from selenium.webdriver.common.by import By
+    browser.get(f"{url}/lab/tree/{path}?token={token}")
+    _wait(browser, lambda d: d.execute_script(
+        "return document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell').length") > 0,
+          90, f"{path} to open")
+
+    def kernel_ready(d) -> bool:
+        # the preferred kernel starts by itself (autoStartDefaultKernel); should JupyterLab ask, take its proposal
+        for button in d.find_elements(By.CSS_SELECTOR, ".jp-Dialog .jp-mod-accept"):
+            button.click()
+            return False
+        return d.execute_script(
+            "const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)'); "
+            "const s = panel && panel.querySelector('.jp-Notebook-ExecutionIndicator'); "
+            "const name = panel && panel.querySelector('.jp-KernelName'); "
+            "return !!s && s.getAttribute('data-status') === 'idle' && !!name && name.textContent.includes('Python')")
+    _wait(browser, kernel_ready, 120, f"{path}'s kernel")
+    cells = sum(c.cell_type == "code" for c in nbformat.read(REPO / path, 4).cells)
+    _click_menu(browser, "Run", "Run All Cells")
+
+    def prompts(d):
+        return d.execute_script("return [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) "
+                                ".jp-CodeCell .jp-InputArea-prompt')].map(e => e.textContent.trim())")
+    _wait(browser, lambda d: len(prompts(d)) == cells and all(p.startswith("[") and p[1:-2].isdigit()
+                                                              for p in prompts(d)), timeout, f"every cell of {path}")
+    return cells
+
+
+def _no_traceback(texts: list[str], where: str) -> None:
+    bad = [t[:400] for t in texts if re.search(r"Traceback|Error:|Exception", t)]
+    assert not bad, f"{where} shows errors: {bad}"
+
+
+@pytest.mark.slow
+def test_a_newcomers_first_afternoon_in_a_fresh_clone(browser, tmp_path, request):
+    """The README's path from a fresh clone (tests/clone.py): `bash scripts/setup.sh`, `fairfl
+    reproduce 00 --profile smoke`, `FAIRFL_PROFILE=smoke make lab ARGS=...` (the server `make lab`
+    starts, its file browser at the repository root), Run All and File ▸ Save on 00 and 06, an
+    algorithm written in two cells of 06 and swept with two seeds in the kernel (saying so in one
+    line), and one exploration from the terminal (`-p rounds=3`). No traceback anywhere (terminal,
+    cells), every notebook's first output its header line, the reproduced figures unchanged by the
+    exploration, and at the end no tracked file changed: `git status` and `git diff` empty."""
+    import hashlib
+
+    from clone import environment, fresh_clone
+    from selenium.webdriver.common.by import By
+    clone = fresh_clone(tmp_path / "clone")
+    settings = tmp_path / "settings" / "@jupyterlab"
+    (settings / "docmanager-extension").mkdir(parents=True)
+    # autosave off: what is typed after the last File ▸ Save stays in the browser, as a person who does not save it
+    (settings / "docmanager-extension" / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": False}))
+    (settings / "apputils-extension").mkdir(parents=True)
+    (settings / "apputils-extension" / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
+    (settings / "notebook-extension").mkdir(parents=True)
+    (settings / "notebook-extension" / "tracker.jupyterlab-settings").write_text(json.dumps({"autoStartDefaultKernel": True}))
+    env = environment(clone, OMP_NUM_THREADS="1", JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"),
+                      JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "ws"),
+                      JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"))
+    for quiet in ("TQDM_DISABLE", "FAIRFL_PROGRESS", "FAIRFL_PROFILE", "FAIRFL_RESULTS", "FAIRFL_FIGURES"):
+        env.pop(quiet, None)                  # the repository's own folders, as a newcomer has them
+
+    def shell(*command: str, timeout: float = 600) -> str:
+        r = subprocess.run(command, cwd=clone, env=env, capture_output=True, text=True, timeout=timeout)
+        assert r.returncode == 0, f"{' '.join(command)}: {r.stdout[-3000:]}{r.stderr[-3000:]}"
+        _no_traceback([r.stdout, r.stderr], " ".join(command))
+        return r.stdout
+
+    shell("bash", "scripts/setup.sh")
+    said = shell("fairfl", "reproduce", "00", "--profile", "smoke")
+    assert "ok      00_tour.ipynb" in said and "00_tour: profile smoke, expected about" in said, said
+    smoke = clone / "figures" / "smoke"
+
+    token, port = secrets.token_hex(16), _free_port()
+    log = open(tmp_path / "make-lab.log", "w")
+    server = subprocess.Popen(
+        ["make", "lab", f"ARGS=--no-browser --ip=127.0.0.1 --port={port} --IdentityProvider.token={token} "
+         "--LabApp.news_url= --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        cwd=clone, env={**env, "FAIRFL_PROFILE": "smoke"}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(browser, lambda d: _up(url, token) or server.poll() is not None, 240, "make lab's JupyterLab")
+        assert server.poll() is None, (tmp_path / "make-lab.log").read_text()[-3000:]
+        for path in ("notebooks/00_tour.ipynb", "notebooks/06_one_protocol.ipynb"):
+            _open_and_run_all(browser, url, token, path, timeout=900)
+            outputs = _cell_outputs(browser)
+            _no_traceback(outputs, path)
+            header = f"{Path(path).stem}: profile smoke (from $FAIRFL_PROFILE), expected about "
+            assert outputs and outputs[0].startswith(header), outputs[:1]
+            mtime = (clone / path).stat().st_mtime_ns
+            _click_menu(browser, "File", "Save Notebook")
+            _wait(browser, lambda d: (clone / path).stat().st_mtime_ns != mtime, 30, f"{path} to be saved")
+            # saved with its outputs, which git does not see (the clean filter; make lab's save hook)
+            assert '"output_type"' in (clone / path).read_text()
+        browser.find_elements(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell")
+        _run_cell_below(browser, NEW_ALGORITHM)
+        _run_cell_below(browser, SWEEP_IT)
+        _wait(browser, lambda d: any("swept [3, 3]" in t for t in _cell_outputs(d, 1)), 300, "the sweep of two seeds")
+        swept = _cell_outputs(browser, 2)
+        _no_traceback(swept, "the cells typed into 06")
+        assert any("coordinate_median: defined in this notebook or script (__main__)" in t for t in swept), swept
+    except BaseException:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        stem = ARTIFACTS / request.node.name
+        browser.save_screenshot(f"{stem}.png")
+        Path(f"{stem}.html").write_text(browser.page_source)
+        print(f"screenshot and page saved: {stem}.png, {stem}.html")
+        raise
+    finally:
+        import signal
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()
+    lab_log = (tmp_path / "make-lab.log").read_text()
+    assert "Traceback" not in lab_log, lab_log[-3000:]
+
+    reproduced = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in smoke.iterdir()}     # 00's and 06's
+    assert {"00_tour_curves.png", "06_one_protocol.png"} <= set(reproduced), sorted(reproduced)
+    explored = shell("fairfl", "reproduce", "00", "--profile", "smoke", "-p", "rounds=3")
+    assert "ok      00_tour.ipynb" in explored and "outputs/smoke/explore/00_tour.ipynb" in explored, explored
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in smoke.iterdir()} == reproduced
+    assert (clone / "outputs" / "smoke" / "explore" / "00_tour_curves.png").is_file()
+
+    # nothing tracked changed: git sees the saved notebooks as committed (its index refreshed by make lab's hook)
+    deadline = time.time() + 120
+    while _git(clone, "status", "--porcelain", "--untracked-files=no") and time.time() < deadline:
+        time.sleep(1)
+    assert _git(clone, "status", "--porcelain", "--untracked-files=no") == ""
+    assert _git(clone, "diff") == "" and _git(clone, "diff", "HEAD", "--stat") == ""
+
+
+def _up(url: str, token: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False

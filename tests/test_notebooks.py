@@ -1,4 +1,8 @@
-"""The stored notebooks' structure (their execution is nbval's job in `make test`)."""
+"""The stored notebooks' structure (their execution is nbval's job in `make test`).
+
+What is checked is what git stores (``fairfl.notebook.committed_form``): with the clean filter that
+scripts/setup.sh installs, a notebook run and saved in JupyterLab keeps its outputs in the file and
+git stores it without them, so a Run All fails none of these."""
 import platform
 import warnings
 from pathlib import Path
@@ -11,9 +15,10 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_is_valid_clean_and_parameterised(path):
+    from fairfl.notebook import committed_form
     with warnings.catch_warnings():
         warnings.simplefilter("error")          # e.g. a cell without an id (nbformat ≥ 4.5)
-        nb = nbformat.read(path, as_version=4)
+        nb = nbformat.reads(committed_form(path), as_version=4)
         nbformat.validate(nb)
     params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(params) == 1 and "profile = " in params[0].source, "exactly one parameters cell, with the profile"
@@ -32,10 +37,12 @@ def test_every_notebook_checks_its_claims_through_its_session(path):
 def test_notebook_is_stored_as_jupyterlab_saves_it(path):
     """Opening a stored notebook in JupyterLab must not change it: JupyterLab sets the kernel's
     kernelspec and language_info and the server writes with nbformat.write, so the stored text is
-    already that (fix with `python scripts/normalise_notebooks.py`)."""
-    from fairfl.notebook import stored_form
-    text = path.read_text(encoding="utf-8")
-    assert text == stored_form(text), f"{path.name} differs from its stored form: run scripts/normalise_notebooks.py"
+    already that (fix with `python scripts/normalise_notebooks.py`, or let git do it: scripts/setup.sh
+    installs the clean filter)."""
+    from fairfl.notebook import committed_form, stored_form
+    text = committed_form(path)
+    assert text == stored_form(text), (f"{path.name} differs from its stored form: run scripts/normalise_notebooks.py "
+                                       "(or bash scripts/setup.sh, which installs git's clean filter for the notebooks)")
     nb = nbformat.reads(text, as_version=4)
     assert nb.nbformat == 4 and nb.nbformat_minor == 5 and all(c.get("id") for c in nb.cells)
 
@@ -61,7 +68,57 @@ def test_the_stored_python_version_is_kept_unless_another_is_asked_for():
 def test_jupyter_servers_load_and_save_leave_the_stored_notebook_unchanged(path, tmp_path):
     """What JupyterLab's autosave does on the server: load the notebook into a model and save it."""
     from jupyter_server.services.contents.filemanager import FileContentsManager
-    (tmp_path / path.name).write_bytes(path.read_bytes())
+
+    from fairfl.notebook import committed_form
+    stored = committed_form(path).encode("utf-8")
+    (tmp_path / path.name).write_bytes(stored)
     cm = FileContentsManager(root_dir=str(tmp_path))
     cm.save(cm.get(path.name, content=True, type="notebook"), path.name)
-    assert (tmp_path / path.name).read_bytes() == path.read_bytes()
+    assert (tmp_path / path.name).read_bytes() == stored
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_first_output_of_every_notebook_is_its_header_line(path):
+    """Nothing before the cell that calls start() prints (the parameters cell holds values), and
+    start() is told the notebook's name, so its first output says the profile and the time it is
+    expected to take (fairfl.notebook.header_line)."""
+    import ast
+    from fairfl.notebook import committed_form
+    cells = [c for c in nbformat.reads(committed_form(path), as_version=4).cells if c.cell_type == "code"]
+    first = next(i for i, c in enumerate(cells) if "start(" in c.source)
+    for cell in cells[:first]:
+        assert all(isinstance(node, ast.Assign) for node in ast.parse(cell.source).body), cell.source
+    calls = [node for node in ast.walk(ast.parse(cells[first].source))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "start"]
+    (call,) = calls
+    assert {k.arg: getattr(k.value, "value", None) for k in call.keywords}.get("notebook") == path.stem
+    lines = cells[first].source.splitlines()
+    printing = [line for line in lines[:next(i for i, line in enumerate(lines) if "start(" in line)] if "print(" in line]
+    assert not printing, printing
+
+
+def test_start_says_the_profile_and_the_expected_time_in_one_line(monkeypatch, capsys, tmp_path):
+    """Run All in JupyterLab runs quick unless told otherwise: the first line says so, how to choose
+    smoke, and how long the notebook is expected to take, as `fairfl reproduce` announces it."""
+    from fairfl.cli import expected_time
+    from fairfl.notebook import start
+    profiles = {"smoke": {"rounds": 2, "seeds": [0]}, "quick": {"rounds": 100, "seeds": [0, 1]}}
+    for var in ("FAIRFL_PROFILE", "FAIRFL_EXPLORE_DIR", "FAIRFL_BACKEND"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("FAIRFL_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("FAIRFL_OUTPUTS", str(tmp_path / "outputs"))
+    start(None, profiles, notebook="00_tour")
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith('00_tour: profile quick (the default; profile = "smoke" in the parameters cell runs in '
+                           f'seconds), expected {expected_time("00_tour", "quick")}; figures -> {tmp_path / "figures"}; '
+                           "settings rounds=100, seeds=[0, 1], device=cpu"), line
+    assert "about 3 min on 2 CPU cores, no GPU" in line
+    monkeypatch.setenv("FAIRFL_PROFILE", "smoke")
+    start(None, profiles, notebook="00_tour")
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("00_tour: profile smoke (from $FAIRFL_PROFILE), expected about 19 s on 2 CPU cores"), line
+    start("smoke", profiles, notebook="00_tour", rounds=3)
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("00_tour: profile smoke, expected not measured (settings changed); exploring rounds=3 "
+                           "(profile: 2): the paper's claims are recorded as not checked; "
+                           f"figures -> {tmp_path / 'outputs' / 'smoke' / 'explore'}"), line

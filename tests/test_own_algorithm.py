@@ -32,6 +32,9 @@ def my_algorithms(tmp_path_factory):
     finally:
         sys.path.remove(str(folder))
         sys.modules.pop("my_algorithms", None)
+        # and its name, which another test module registers from a module of its own (test_results_index)
+        from fairfl.algorithms import ALGORITHMS
+        ALGORITHMS.pop("trimmed_mean", None)
 
 
 def test_the_rule_on_hand_made_vectors(my_algorithms):
@@ -175,3 +178,61 @@ def test_a_client_half_computes_hessian_vector_products_through_the_runtime():
     torch.testing.assert_close(fd, hv, rtol=0, atol=2e-3)
     many = clients.hvp(w, [0, 1], torch.stack([v, 2 * v]).expand(2, 2, -1), dtype=torch.float64)
     torch.testing.assert_close(many[:, 1], 2 * hv)
+
+
+# ----------------------------------------------------------------------------- an algorithm in a notebook cell
+
+NOTEBOOK_CELLS = [
+    # the README's TrimmedMean, typed into a cell: its class lives in the kernel's __main__
+    None,
+    "import os\n"
+    "from fairfl import ExperimentConfig, LocalTraining, PartitionSpec\n"
+    "from fairfl.sweeps import SerialBackend, run_many\n"
+    "cfg = ExperimentConfig(dataset='adult', model='logreg', algorithm=TrimmedMean(trim=1), rounds=3,\n"
+    "                       partition=PartitionSpec('iid', num_clients=6), local=LocalTraining(batch_size=500),\n"
+    "                       clients_per_round=4)\n"
+    "configs = [cfg.replace(seed=s) for s in (0, 1)]\n"
+    "print('module', type(cfg.algorithm).__module__)",
+    # the default backend: two runs to train is a pool of worker processes, which cannot import __main__
+    "histories = run_many(configs)\n"
+    "print('trained', [h.rounds_done for h in histories])",
+    # cached now: nothing trains, nothing is said
+    "again = run_many(configs)\n"
+    "print('same', [a.train_loss == h.train_loss for a, h in zip(again, histories)])",
+    # the documented route, on new seeds
+    "more = run_many([cfg.replace(seed=s) for s in (2, 3)], backend=SerialBackend())\n"
+    "print('serial', [h.rounds_done for h in more])",
+]
+
+
+@pytest.mark.slow
+def test_an_algorithm_defined_in_a_notebook_cell_sweeps_in_the_kernel(tmp_path):
+    """A real notebook, executed by a real kernel (nbclient), defines an algorithm in a cell and
+    sweeps it with two seeds: through the default backend (a process pool on this machine, which
+    cannot import the kernel's ``__main__``) it trains in the kernel, saying so in one line, with
+    its progress bar and its cache entries; a second sweep loads them; ``SerialBackend()`` works
+    too. (Before, both raised RunFailedError: '... defined in __main__ ... or use SerialBackend()'.)"""
+    import os
+
+    import nbformat
+    from nbclient import NotebookClient
+    block = re.findall(r"```python\n# my_algorithms\.py\n(.*?)```", README.read_text(), flags=re.S)[0]
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(block if src is None else src) for src in NOTEBOOK_CELLS]
+    results = tmp_path / "results"
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
+    env.update(FAIRFL_RESULTS=str(results), FAIRFL_PROGRESS="text", FAIRFL_BACKEND="")
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute(env=env)
+
+    def text(i):
+        return "".join(o.get("text", "") for o in nb.cells[i].outputs if o.output_type == "stream")
+    assert "module __main__" in text(1)
+    said = [line for line in text(2).replace("\r", "\n").splitlines() if "__main__" in line]
+    assert said == ["trimmed_mean: defined in this notebook or script (__main__), which worker processes cannot "
+                    "import, so this sweep trains in this process (put it in a module to use the workers)"], text(2)
+    bars = [line for line in text(2).replace("\r", "\n").splitlines() if "%|" in line]
+    assert bars and bars[-1].startswith("2 runs: 100%") and "6/6" in bars[-1], bars     # 2 runs × 3 rounds
+    assert "trained [3, 3]" in text(2)
+    assert text(3).strip() == "same [True, True]"                   # loaded from the cache: no bar, no line
+    assert "serial [3, 3]" in text(4) and "__main__" not in text(4)
+    assert len([d for d in results.iterdir() if (d / "history.json").is_file()]) == 4

@@ -77,6 +77,21 @@ def test_an_interrupted_sweep_shows_one_line_in_ipython():
         InteractiveShell.clear_instance()
 
 
+def test_an_interrupted_sweep_counts_a_run_that_ended_before_the_sweep_heard_of_it_as_cached(fmnist, tmp_path):
+    """Ctrl-C can come after a worker stored a run and before its result reached the sweep: that run
+    is cached, not running (the line read "1 of 2 runs cached, 2 running stopped")."""
+    from fairfl.progress import RoundReporter, SweepProgress
+    from fairfl.sweeps import _interrupted, run
+    cfgs = [CFG.replace(rounds=1, seed=s) for s in (0, 1)]
+    run(cfgs[0], root=tmp_path, progress=False)                          # finished: its entry is written
+    folders = [prepare(c, tmp_path) for c in cfgs]
+    watch = SweepProgress(folders, [1, 1], enabled=False)
+    RoundReporter(folders[0], 1)(1, final=True)                          # both reported rounds in this sweep,
+    RoundReporter(folders[1], 1)(0, final=True)                          # neither was seen to end
+    said = str(_interrupted(SerialBackend(), watch, cfgs, tmp_path))
+    assert said == "interrupted: 1 of 2 runs cached, 1 running stopped at their checkpoints; re-run to resume"
+
+
 SCRIPT = '''
 import os, sys
 from pathlib import Path

@@ -71,7 +71,8 @@ def local_ray(fairfl_env, fmnist, tmp_path_factory, one_ray_at_a_time):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", os.pathsep.join([str(folder), *filter(None, [os.environ.get("PYTHONPATH")])]))
         # the node on the loopback address: nothing of the test's Ray listens beyond this machine
-        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+        # through RayBackend.start, as fairfl starts Ray: without the FutureWarning tip ray.init gives at every start
+        RayBackend.start(None, num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
         try:
             import ray_algorithms_mod
             yield ray_algorithms_mod

@@ -58,7 +58,7 @@ from .. import seeding
 from ..errors import ConfigError
 from ..messages import Aggregate, ClientUpdates
 from ..schedules import Transformation, constant, scale_by_schedule, step_decay
-from ..validation import option, validate_options
+from ..validation import did_you_mean, option, validate_options
 
 
 # ----------------------------------------------------------------------------- what the loop tells a rule
@@ -389,13 +389,14 @@ def make_algorithm(spec: Any) -> Algorithm:
     name = options.pop("name")
     cls = ALGORITHMS.get(name)
     if cls is None:
-        raise ConfigError(f"unknown algorithm {name!r}; known: {', '.join(sorted(ALGORITHMS))} (an algorithm of "
+        raise ConfigError(f"unknown algorithm {name!r}{did_you_mean([name], sorted(ALGORITHMS))}; known: "
+                          f"{', '.join(sorted(ALGORITHMS))} (an algorithm of "
                           "your own is known once its module is imported: `python -m fairfl run --import MODULE`)")
     allowed = [f.name for f in dataclasses.fields(cls) if f.init]
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise ConfigError(f"{name}: unknown option(s) {', '.join(unknown)}; its options are: "
-                          f"{', '.join(allowed) or 'none'}")
+        raise ConfigError(f"{name}: unknown option(s) {', '.join(unknown)}{did_you_mean(unknown, allowed)}; "
+                          f"its options are: {', '.join(allowed) or 'none'}")
     options = {k: tuple(tuple(x) if isinstance(x, list) else x for x in v) if isinstance(v, list) else v
                for k, v in options.items()}
     return cls(**options)

@@ -71,8 +71,11 @@ class ArrayDataset:
     def summary(self) -> str:
         groups = f", {len(self.group_names)} groups" if self.group_names else ""
         tasks = f", tasks {'/'.join(self.tasks)}" if self.tasks else ""
-        return (f"{self.name}: {len(self.y_train)} train / {len(self.y_test)} test, "
-                f"input {self.input_shape}, {self.num_classes} classes{tasks}{groups}, from {self.source}")
+        # a dataset without a test file (Shakespeare) is not one without test data: say where it comes from
+        sizes = (f"{len(self.y_train)} train / {len(self.y_test)} test" if len(self.y_test) else
+                 f"{len(self.y_train)} samples, no test file (the partition splits each client's into train / val / test)")
+        return (f"{self.name}: {sizes}, input {self.input_shape}, {self.num_classes} classes{tasks}{groups}, "
+                f"from {self.source}")
 
 
 # ----------------------------------------------------------------------------- the registry
