@@ -314,6 +314,7 @@ def hessians(model: nn.Module, point: torch.Tensor, data: Sequence[Client], clie
     """(m, d, d) dense Hessians ∇²fₖ(point) (``torch.func.hessian``; float64 by default) — for a small
     model only: d² numbers per client. Thread-safe (:data:`FORWARD_AD`)."""
     points = _rows(point, len(clients))
+
     def per_chunk(loss, p, r):
         # torch.func.hessian's forward-mode half compiles torch's jvp decompositions with torch.jit.script on
         # its first use, which warns that torch.jit.script is deprecated: torch's own call, nothing to change
