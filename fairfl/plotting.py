@@ -1,48 +1,282 @@
-"""One plotting style for every notebook, and ``save_figure`` writing PNG + PDF atomically
-(a failed run never leaves a half-written figure)."""
+"""Figures drawn for print, one style for every notebook, and ``save_figure``.
+
+A figure is made at the size it will have in a paper (CONVENTIONS "Figures"): one column
+(``ONE_COLUMN``, 3.3 in) or two (``TWO_COLUMNS``, 6.9 in) wide, no text under 7 pt at that size.
+The screen gets the same figure at a higher dpi: ``INLINE_DPI`` in a notebook (a two-column figure
+is then as wide as JupyterLab's notebook column, about 900 px, and shown unscaled) and ``SAVE_DPI``
+in the PNG. The pieces any notebook or script uses to draw a figure of its own in this style:
+
+    use_style()                             text sizes, grid, palette (a notebook's ``start`` calls it)
+    fig, axes = figure(2, 3, height=4.4)    a print-sized figure with constrained layout; the other
+                                            keywords are plt.subplots' (sharex, sharey, squeeze, ...)
+    STYLES = method_styles(["FedAvg", "q-FFL", ...], reference="FedAvg")
+                                            one colour + marker per method (Okabe & Ito's colour-blind-
+                                            safe palette, the reference in black), made once and passed
+                                            to every figure of a notebook (``styles=STYLES``); more
+                                            methods than colours raise: draw small multiples instead
+                                            (``method_panels``, as ``convergence`` does)
+    ordinal_styles([0, 0.01, 0.1, 1], label="ε = {:g}".format)
+                                            a sequential palette keyed to an ordered factor (ε, K, b)
+    figure_legend(fig)                      one legend for the figure, below its panels (outside the
+                                            data), the panels' own legends removed
+    suptitle(fig, text)                     the figure's title, wrapped to its width
+    percent_axis(ax), bar_axis(ax)          accuracy in %, within [0, 100]; bars from 0
+    round_axis(ax), plain_log_ticks(ax)     whole-number rounds; decimals on a log axis
+    human("fashion_mnist")                  "Fashion-MNIST": names for titles, not ids
+    save_figure(fig, name)                  PNG (SAVE_DPI) + PDF, atomically; the PNG records this style
+                                            and what ``fairfl.figure_checks.problems`` found (the contact
+                                            sheet, scripts/contact_sheet.py, shows both)
+
+``fairfl.figure_checks.problems(fig)`` lists what a figure breaks: not a column's width, text under
+7 pt, labels over each other or cut off, a legend over a panel, bars not from 0, % outside [0, 100].
+"""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import matplotlib
-
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import LogFormatter, MaxNLocator
 
-from .paths import figures_root
 from .atomic import atomic_write
+from .errors import ConfigError
+from .figure_checks import MIN_TEXT_PT, ONE_COLUMN, TWO_COLUMNS, problems, width_class
 from .history import History
+from .paths import figures_root
+
+__all__ = ["ONE_COLUMN", "TWO_COLUMNS", "MIN_TEXT_PT", "INLINE_DPI", "SAVE_DPI", "STYLE", "PALETTE", "use_style",
+           "figure", "method_styles", "ordinal_styles", "figure_legend", "suptitle", "percent_axis", "bar_axis",
+           "round_axis", "plain_log_ticks", "human", "save_figure"]
+
+# A two-column figure at INLINE_DPI is 897 px wide: JupyterLab's notebook column at its default
+# layout (a 1366 px window, file browser open) is about 900 px, so the figure is shown at its own
+# size, 7 pt text 12.6 px high. The PNG is drawn at SAVE_DPI, sharp when zoomed or printed.
+INLINE_DPI = 130
+SAVE_DPI = 300
+STYLE = "print-1"           # recorded in every PNG save_figure writes: the contact sheet tells new figures from old
+
+# Okabe & Ito (2008), "Color Universal Design": distinguishable under the common colour-vision
+# deficiencies; black is kept for the reference method, yellow (the faintest on white) comes last.
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+REFERENCE = {"color": "#000000", "marker": "*"}
+
+# Text sizes at print size (points): nothing under MIN_TEXT_PT
+TEXT_RC = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
+           "legend.fontsize": 7, "legend.title_fontsize": 7, "figure.titlesize": 8.5, "figure.labelsize": 8}
+
+NAMES = {"fashion_mnist": "Fashion-MNIST", "mnist": "MNIST", "mnist_5k": "MNIST", "cifar10": "CIFAR-10",
+         "adult": "Adult", "shakespeare": "Shakespeare", "multimnist": "MultiMNIST",
+         "mlp2": "MLP (2 hidden layers)", "logreg": "logistic regression", "cnn_fmnist": "CNN", "cnn_cifar10": "CNN",
+         "cnn_femnist": "CNN", "lstm_shakespeare": "character LSTM", "multi_lenet": "multi-task LeNet"}
 
 
-# JupyterLab shows a figure at its natural size up to the width of the notebook's column and
-# scales a wider one down, text included. At the default layout (file browser open, window 1366 to
-# 1500 px wide) the column is about 900 px; figures meant to be read in a notebook are made that
-# wide at the inline backend's dpi (use_style), so that their text keeps the size it was set in.
-COLUMN_INCHES = 8.4
-INLINE_DPI = 110
+def human(name: str) -> str:
+    """The name a reader knows for a dataset or model id ("fashion_mnist" → "Fashion-MNIST");
+    anything else unchanged."""
+    return NAMES.get(name, name)
 
 
-def _fit(title: str, chars: int = 72) -> str:
-    """A suptitle wrapped to the width of a column-wide figure (about 72 characters of its size),
-    its own line breaks kept."""
-    import textwrap
-    return "\n".join(part for line in title.splitlines() for part in textwrap.wrap(line, chars) or [""])
+# ----------------------------------------------------------------------------- style and layout
+
+def use_style() -> None:
+    """The print style: seaborn's white grid, the text sizes above, the palette, figures shown at
+    INLINE_DPI and saved at SAVE_DPI at exactly their size (no tight bounding box: the file is the
+    printed size; constrained layout keeps every label inside)."""
+    import seaborn as sns
+    sns.set_theme(context="paper", style="whitegrid", palette=list(PALETTE))
+    matplotlib.rcParams.update({**TEXT_RC, "figure.dpi": INLINE_DPI, "savefig.dpi": SAVE_DPI,
+                                "savefig.bbox": "standard",
+                                "lines.linewidth": 1.2, "lines.markersize": 3.5, "axes.linewidth": 0.6,
+                                "grid.linewidth": 0.5, "errorbar.capsize": 2, "legend.frameon": False,
+                                "patch.linewidth": 0.4, "image.cmap": "viridis"})
+
+
+def figure(rows: int = 1, cols: int = 1, width: float = TWO_COLUMNS, height: float | None = None, **subplots: Any):
+    """A print-sized figure (``width``: ONE_COLUMN or TWO_COLUMNS) with constrained layout and its
+    panels, as ``plt.subplots`` gives them (its keywords pass through). ``height`` defaults to
+    1.9 in a row of panels plus room for a title and a legend."""
+    if width not in (ONE_COLUMN, TWO_COLUMNS):
+        raise ConfigError(f"figure(width={width!r}): a figure is one column ({ONE_COLUMN} in) or two "
+                          f"({TWO_COLUMNS} in) wide")
+    height = height if height is not None else 1.9 * rows + 0.7
+    return plt.subplots(rows, cols, figsize=(width, height), layout="constrained", **subplots)
+
+
+def method_styles(names: Sequence[str], reference: str | None = None) -> dict[str, dict[str, str]]:
+    """{name: {"color", "marker"}}: one colour and one marker per method, in the order given, the
+    ``reference`` method in black. Made once per notebook and passed to each of its figures, a
+    method looks the same in all of them. More methods than the palette's colours raise: repeated
+    colours would make two methods one; draw them as small multiples (``method_panels``)."""
+    names = list(names)
+    if len(set(names)) != len(names):
+        raise ConfigError(f"method_styles: a name is given twice in {names}")
+    if reference is not None and reference not in names:
+        raise ConfigError(f"method_styles: the reference {reference!r} is not among {names}")
+    others = [n for n in names if n != reference]
+    if len(others) > len(PALETTE):
+        raise ConfigError(f"method_styles: {len(others)} methods but {len(PALETTE)} colour-blind-safe colours "
+                          f"({', '.join(others)}): draw them as small multiples (plotting.method_panels), "
+                          "not with repeated colours")
+    colours = iter(zip(PALETTE, MARKERS))
+    return {n: dict(REFERENCE) if n == reference else dict(zip(("color", "marker"), next(colours))) for n in names}
+
+
+def ordinal_styles(values: Sequence[Any], label: Callable[[Any], str] = str, cmap: str = "viridis",
+                   span: tuple[float, float] = (0.0, 0.85)) -> dict[str, dict[str, str]]:
+    """{label(value): {"color", "marker"}} for the values of an ordered factor (ε, K, a batch size),
+    in their order: colours evenly spaced along a sequential colormap (viridis: perceptually
+    uniform and colour-blind-safe; its last, light-yellow sixth is left out, faint on white), so
+    that the colour reads as the order; a marker each as well, for print in grey."""
+    values = list(dict.fromkeys(values))
+    colormap = matplotlib.colormaps[cmap]
+    n = len(values)
+    at = [span[0] + (span[1] - span[0]) * i / (n - 1) if n > 1 else span[0] for i in range(n)]
+    return {label(v): {"color": matplotlib.colors.to_hex(colormap(a)), "marker": MARKERS[i % len(MARKERS)]}
+            for i, (v, a) in enumerate(zip(values, at))}
+
+
+def _style(styles: Mapping[str, Mapping[str, str]], label: str) -> dict[str, str]:
+    if label not in styles:
+        raise ConfigError(f"no style for {label!r}: the styles given name {', '.join(map(repr, styles))}")
+    return dict(styles[label])
+
+
+def _markevery(n: int) -> int:
+    """A marker on about ten points of a line: on every point a 300-round curve is a thick smear."""
+    return max(1, round(n / 10))
+
+
+def _text_width_pt(text: str, size: float) -> float:
+    """The width of one line of ``text`` at ``size`` points, as Agg draws it."""
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.font_manager import FontProperties
+    width, _, _ = RendererAgg(1, 1, 72).get_text_width_height_descent(
+        text, FontProperties(size=size), ismath=text.count("$") >= 2)
+    return width
+
+
+def figure_legend(fig, handles: Sequence | None = None, labels: Sequence[str] | None = None, title: str | None = None,
+                  ncols: int | None = None, loc: str = "outside lower center"):
+    """One legend for the whole figure, outside its panels (below them by default), with as many
+    columns as fit the figure's width. Without ``handles``, the entries of every panel, each label
+    once, in order; the panels' own legends are removed."""
+    if handles is None:
+        seen: dict[str, Any] = {}
+        from .figure_checks import panels
+        for ax in panels(fig):
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                if not lab.startswith("_"):
+                    seen.setdefault(lab, h)
+        handles, labels = list(seen.values()), list(seen)
+    elif labels is None:
+        labels = [h.get_label() for h in handles]
+    from .figure_checks import panels
+    for ax in panels(fig):
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    if not handles:
+        return None
+    if ncols is None:
+        size = matplotlib.rcParams["legend.fontsize"]
+        size = matplotlib.font_manager.FontProperties(size=size).get_size_in_points()
+        rc = matplotlib.rcParams
+        entry = max(_text_width_pt(str(lab), size) for lab in labels) \
+            + size * (rc["legend.handlelength"] + rc["legend.handletextpad"] + rc["legend.columnspacing"])
+        ncols = max(1, min(len(labels), int((_width_in(fig) * 72 - 2 * size) // entry)))
+    return fig.legend(handles, labels, loc=loc, ncols=ncols, title=title, frameon=False)
+
+
+def _width_in(fig) -> float:
+    """The width in inches of a figure or subfigure (a subfigure's share of its parent's)."""
+    if hasattr(fig, "get_size_inches"):
+        return fig.get_size_inches()[0]
+    return fig.bbox_relative.width * _width_in(fig._parent)
+
+
+def _wrap(text: str, width_pt: float, size: float) -> str:
+    """``text`` wrapped, its own line breaks kept, so that no line is wider than ``width_pt``."""
+    lines = []
+    for line in text.splitlines() or [""]:
+        words, current = line.split(" "), ""
+        for word in words:
+            trial = f"{current} {word}" if current else word
+            if current and _text_width_pt(trial, size) > width_pt:
+                lines.append(current)
+                current = word
+            else:
+                current = trial
+        lines.append(current)
+    return "\n".join(lines)
+
+
+def suptitle(fig, text: str):
+    """The figure's suptitle, wrapped to its width (a title wider than a column was cut off)."""
+    size = matplotlib.font_manager.FontProperties(size=matplotlib.rcParams["figure.titlesize"]).get_size_in_points()
+    return fig.suptitle(_wrap(text, _width_in(fig) * 72 - 12, size))
+
+
+def panel_title(ax, text: str):
+    """A panel's title, wrapped to the panel's share of the figure's width (small multiples have
+    narrow panels)."""
+    root = ax.get_figure(root=True)
+    spec = ax.get_subplotspec()
+    share = len(spec.colspan) / spec.get_gridspec().ncols if spec is not None else 1.0
+    size = matplotlib.font_manager.FontProperties(size=matplotlib.rcParams["axes.titlesize"]).get_size_in_points()
+    return ax.set_title(_wrap(text, max(root.get_size_inches()[0] * 72 * share * 0.85, 36), size))
+
+
+def percent_axis(ax, axis: str = "y") -> None:
+    """An axis of a percentage: the range of the data drawn so far (in every panel sharing the
+    axis), cut to [0, 100]: matplotlib's margins would show −3 or 104, values a percentage cannot
+    take. Called again after more data is drawn, it takes that data in."""
+    if axis == "y":
+        ax.set_autoscaley_on(True)
+        ax.autoscale_view(scalex=False)
+        low, high = ax.get_ylim()
+    else:
+        ax.set_autoscalex_on(True)
+        ax.autoscale_view(scaley=False)
+        low, high = ax.get_xlim()
+    low, high = max(0.0, min(low, 100.0)), min(100.0, max(high, 0.0))
+    if high <= low:
+        low, high = 0.0, 100.0
+    (ax.set_ylim if axis == "y" else ax.set_xlim)(low, high)
+
+
+def bar_axis(ax, percent: bool = False, axis: str = "y") -> None:
+    """The value axis of bars from 0 (a bar's length is its value); to 100 for a percentage."""
+    low, high = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    (ax.set_ylim if axis == "y" else ax.set_xlim)(0, 100 if percent else max(high, 0))
 
 
 def round_axis(ax, axis: str = "x") -> None:
-    """Integer ticks on an axis of rounds: a run of two rounds otherwise gets 0.5 and 1.5. The
-    steps are matplotlib's default locator's (0, 20, 40, not 0, 15, 30)."""
+    """Integer ticks on an axis of rounds: a run of two rounds otherwise gets 0.5 and 1.5, one of 20
+    rounds 2.5 and 7.5. The steps are matplotlib's default locator's (0, 20, 40, not 0, 15, 30)."""
     locator = MaxNLocator(nbins="auto", steps=[1, 2, 2.5, 5, 10], integer=True)
     (ax.xaxis if axis == "x" else ax.yaxis).set_major_locator(locator)
 
 
 class PlainLogFormatter(LogFormatter):
-    """A log axis's tick labels as decimals (0.3, 2, 10), on the ticks matplotlib labels."""
+    """A log axis's tick labels as decimals (0.3, 2, 10), on the ticks matplotlib labels, with as
+    many significant digits as the labels need to differ (2.2975, 2.3, 2.3025 on an axis that
+    spans less than a percent, not "2.3" three times)."""
+
+    digits = 3
+
+    def set_locs(self, locs=None):
+        super().set_locs(locs)
+        low, high = sorted(self.axis.get_view_interval()) if self.axis is not None else (0, np.inf)
+        shown = [v for v in (locs if locs is not None else []) if 0 < v and low <= v <= high
+                 and LogFormatter.__call__(self, v)]
+        self.digits = 3
+        while self.digits < 8 and len({f"{v:.{self.digits}g}" for v in shown}) < len(set(shown)):
+            self.digits += 1
 
     def __call__(self, x, pos=None):
-        return f"{x:.3g}" if super().__call__(x, pos) else ""
+        return f"{x:.{self.digits}g}" if super().__call__(x, pos) else ""
 
 
 def plain_log_ticks(ax, axis: str = "y") -> None:
@@ -54,33 +288,49 @@ def plain_log_ticks(ax, axis: str = "y") -> None:
     a.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False))
 
 
-def use_style() -> None:
-    import seaborn as sns
-    sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
-    matplotlib.rcParams.update({"figure.dpi": INLINE_DPI, "savefig.dpi": 150, "savefig.bbox": "tight",
-                                "axes.titlesize": "medium"})
-
+# ----------------------------------------------------------------------------- saving
 
 def save_figure(fig: matplotlib.figure.Figure, name: str, folder: Path | None = None) -> list[Path]:
-    """Write ``<figures>/<name>.png`` and ``.pdf``; returns the paths."""
+    """Write ``<figures>/<name>.png`` (at SAVE_DPI) and ``.pdf``, each atomically, at exactly the
+    figure's size; returns the paths. The PNG's text chunks record the style (``fairfl-style``),
+    the printed size and what ``fairfl.figure_checks.problems`` found (``fairfl-checks``: "ok" or
+    the problems), which scripts/contact_sheet.py shows; a figure with problems is named in one
+    printed line."""
     folder = Path(folder or figures_root())
+    found = problems(fig)
+    width, height = fig.get_size_inches()
+    stamp = {"fairfl-style": STYLE, "fairfl-size": f"{width:.2f} x {height:.2f} in ({width_class(fig) or 'no column width'})",
+             "fairfl-checks": "ok" if not found else "; ".join(found)}
+    if found:
+        print(f"figure {name}: not fit for print: " + "; ".join(found))
     paths = []
     for ext in ("png", "pdf"):
         path = folder / f"{name}.{ext}"
         # no creation date in the PDF: re-plotting unchanged results gives an unchanged file
-        metadata = {"CreationDate": None} if ext == "pdf" else None
-        atomic_write(path, lambda p, ext=ext, md=metadata: fig.savefig(p, format=ext, metadata=md))
+        metadata = stamp if ext == "png" else {"CreationDate": None}
+        atomic_write(path, lambda p, ext=ext, md=metadata: fig.savefig(
+            p, format=ext, metadata=md, dpi=SAVE_DPI, bbox_inches=fig.bbox_inches))
         paths.append(path)
     return paths
 
 
+def figure_stamp(path: Path | str) -> dict[str, str]:
+    """The ``fairfl-*`` text chunks of a PNG written by ``save_figure`` ({} for one drawn by code
+    from before them, or by anything else)."""
+    from PIL import Image
+    with Image.open(path) as image:
+        return {k: str(v) for k, v in getattr(image, "text", {}).items() if k.startswith("fairfl-")}
+
+
+# ----------------------------------------------------------------------------- partitions
+
 def partition_heatmap(counts: np.ndarray, ax=None, title: str = "", class_names: Sequence[str] = (),
-                      max_clients: int = 50):
+                      max_clients: int = 50, colorbar: bool = True):
     """Clients × labels heatmap of sample counts (the first ``max_clients`` clients)."""
     import seaborn as sns
     ax = ax or plt.gca()
     shown = counts[:max_clients]
-    sns.heatmap(shown, ax=ax, cmap="viridis", cbar_kws={"label": "samples", "pad": 0.02},
+    sns.heatmap(shown, ax=ax, cmap="viridis", cbar=colorbar, cbar_kws={"label": "samples", "pad": 0.02},
                 xticklabels=list(class_names) or "auto", yticklabels=max(1, len(shown) // 10))
     ax.set_xlabel("label")
     ax.set_ylabel("client")
@@ -91,11 +341,10 @@ def partition_heatmap(counts: np.ndarray, ax=None, title: str = "", class_names:
 def partitions(counts: dict[str, np.ndarray], class_names: Sequence[str] = (), title: str = "",
                max_clients: int = 30, columns: int = 2) -> matplotlib.figure.Figure:
     """One :func:`partition_heatmap` per partition (``counts``: {title: clients × labels}), in a
-    grid of ``columns`` panels a row, as wide as a notebook's column: four heatmaps in one row
-    were scaled to less than half their size in JupyterLab, their labels unreadable."""
+    grid of ``columns`` panels a row, two columns wide."""
     rows = -(-len(counts) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(COLUMN_INCHES, 3.4 * rows + 0.4), layout="constrained",
-                             squeeze=False, dpi=INLINE_DPI)
+    fig, axes = figure(rows, columns, height=2.45 * rows + 0.35, squeeze=False)
+    fig.set_dpi(INLINE_DPI)
     for ax, (name, c) in zip(axes.flat, counts.items()):
         partition_heatmap(c, ax=ax, title=name, class_names=class_names, max_clients=max_clients)
         ax.tick_params(axis="x", labelrotation=90)
@@ -103,71 +352,149 @@ def partitions(counts: dict[str, np.ndarray], class_names: Sequence[str] = (), t
     for ax in axes.flat[len(counts):]:
         ax.set_axis_off()
     if title:
-        fig.suptitle(_fit(title))
+        suptitle(fig, title)
     return fig
 
 
+# ----------------------------------------------------------------------------- curves over rounds
+
 def series_style(i: int) -> dict[str, str]:
     """The colour and line style of the i-th series: the ten colours of the cycle, then again dashed,
-    then dotted, so that no two of up to 30 series look alike."""
+    then dotted, so that no two of up to 30 series look alike (notebook 06's Pareto points)."""
     return {"color": f"C{i % 10}", "linestyle": ("-", "--", ":")[min(i // 10, 2)]}
 
 
-def curves(histories: dict[str, Sequence[History]], metric: str = "mean_acc", ax=None,
-           logy: bool = False, band: str = "std"):
-    """Mean over seeds ± a band (std or min–max) of a per-evaluation metric against rounds.
-    ``metric``: "mean_acc" (average user test accuracy, in %) or "train_loss"."""
+def _metric(runs: Sequence[History], metric: str) -> np.ndarray:
+    """(seeds, evaluations) of a per-evaluation metric: the mean client accuracy in %, or the
+    averaged training loss."""
+    if metric == "mean_acc":
+        return np.stack([100 * r.mean_acc() for r in runs])
+    if metric == "train_loss":
+        return np.stack([np.asarray(r.train_loss, dtype=np.float64) for r in runs])
+    raise ConfigError(f"metric={metric!r}: one of 'mean_acc', 'train_loss'")
+
+
+LABELS = {"mean_acc": "average user test accuracy (%)", "train_loss": "averaged training loss"}
+
+
+def curves(histories: dict[str, Sequence[History]], metric: str = "mean_acc", ax=None, logy: bool = False,
+           band: str = "std", styles: Mapping[str, Mapping[str, str]] | None = None, legend: bool = False):
+    """Mean over seeds ± a band (std or min–max) of a per-evaluation metric against rounds, one
+    line per entry of ``histories`` ({label: the seeds' runs}) in ``styles``' colour and marker
+    (default: ``method_styles`` of the labels). ``metric``: "mean_acc" (average user test
+    accuracy, in %, its axis within [0, 100]) or "train_loss". No legend unless asked: a figure
+    gets one, ``figure_legend``."""
     ax = ax or plt.gca()
-    for i, (label, runs) in enumerate(histories.items()):
+    styles = styles if styles is not None else method_styles(list(histories))
+    for label, runs in histories.items():
         rounds = np.asarray(runs[0].eval_rounds)
-        ys = np.stack([100 * r.mean_acc() if metric == "mean_acc" else np.asarray(r.train_loss) for r in runs])
+        ys = _metric(runs, metric)
         mu = ys.mean(0)
         lo, hi = ((mu - ys.std(0), mu + ys.std(0)) if band == "std" else (ys.min(0), ys.max(0)))
-        line, = ax.plot(rounds, mu, label=label, **series_style(i))
+        if metric == "mean_acc":           # a band past 100 % would show accuracies no run can have
+            lo, hi = np.clip(lo, 0, 100), np.clip(hi, 0, 100)
+        line, = ax.plot(rounds, mu, label=label, markevery=_markevery(len(rounds)), **_style(styles, label))
         if len(runs) > 1:
             ax.fill_between(rounds, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     ax.set_xlabel("round")
     round_axis(ax)
-    ax.set_ylabel({"mean_acc": "average user test accuracy (%)", "train_loss": "averaged training loss"}[metric])
+    ax.set_ylabel(LABELS[metric])
     if logy:
         ax.set_yscale("log")
         plain_log_ticks(ax)
-    ax.legend()
+    if metric == "mean_acc":
+        percent_axis(ax)
+    if legend:
+        ax.legend()
     return ax
 
 
-def accuracy_and_loss(histories: dict[str, Sequence[History]], title: str = "") -> matplotlib.figure.Figure:
+def curve_differences(histories: dict[str, Sequence[History]], reference: str, metric: str = "train_loss", ax=None,
+                      styles: Mapping[str, Mapping[str, str]] | None = None):
+    """Each entry's metric minus the ``reference`` entry's, seed by seed (the i-th run of each
+    entry is the same seed: ``Sweep.groups`` keeps the seeds' order), mean over seeds, against
+    rounds. Curves that coincide on their own scale (notebook 01's ε) separate here; the
+    reference is the line at 0."""
+    ax = ax or plt.gca()
+    styles = styles if styles is not None else method_styles(list(histories))
+    if reference not in histories:
+        raise ConfigError(f"curve_differences: the reference {reference!r} is not among {list(histories)}")
+    ref = _metric(histories[reference], metric)
+    for label, runs in histories.items():
+        ys = _metric(runs, metric)
+        if ys.shape != ref.shape:
+            raise ConfigError(f"curve_differences: {label!r} has {ys.shape[0]} runs of {ys.shape[1]} evaluations, "
+                              f"the reference {ref.shape[0]} of {ref.shape[1]}: differences need the same seeds")
+        rounds = np.asarray(runs[0].eval_rounds)
+        ax.plot(rounds, (ys - ref).mean(0), label=label, markevery=_markevery(len(rounds)), **_style(styles, label))
+    ax.set_xlabel("round")
+    round_axis(ax)
+    ax.set_ylabel(f"{LABELS[metric].replace(' (%)', '')} − {reference}'s" + (" (points)" if metric == "mean_acc" else ""))
+    return ax
+
+
+def accuracy_and_loss(histories: dict[str, Sequence[History]], title: str = "",
+                      styles: Mapping[str, Mapping[str, str]] | None = None) -> matplotlib.figure.Figure:
     """Three panels against rounds, mean ± std over seeds: the average user test accuracy, the
-    averaged training loss, and that loss on a log scale."""
-    fig, axes = plt.subplots(1, 3, figsize=(COLUMN_INCHES, 3.4), layout="constrained", dpi=INLINE_DPI)
-    curves(histories, "mean_acc", ax=axes[0])
-    curves(histories, "train_loss", ax=axes[1])
-    curves(histories, "train_loss", ax=axes[2], logy=True)
+    averaged training loss, and that loss on a log scale; one legend below them."""
+    fig, axes = figure(1, 3, height=2.6)
+    curves(histories, "mean_acc", ax=axes[0], styles=styles)
+    curves(histories, "train_loss", ax=axes[1], styles=styles)
+    curves(histories, "train_loss", ax=axes[2], logy=True, styles=styles)
     axes[0].set_title("average user test accuracy")
     axes[1].set_title("training loss")
     axes[2].set_title("training loss (log scale)")
+    figure_legend(fig)
     if title:
-        fig.suptitle(_fit(title))
+        suptitle(fig, title)
+    return fig
+
+
+def curves_and_differences(rows: dict[str, dict[str, Sequence[History]]], reference: str,
+                           styles: Mapping[str, Mapping[str, str]], legend_title: str | None = None
+                           ) -> matplotlib.figure.Figure:
+    """Notebook 01's figure, two columns wide: for each row ({row name: {label: the seeds'
+    runs}}, e.g. iid and non-iid), the average user accuracy (%) and the averaged training loss
+    (log) against rounds, mean ± std over seeds, and that loss minus the ``reference`` entry's,
+    seed by seed: where the curves lie on top of each other, the differences tell them apart. One
+    legend (titled ``legend_title``) for the figure."""
+    fig, axes = figure(len(rows), 3, height=1.85 * len(rows) + 0.9, sharex=True, squeeze=False)
+    for r, (name, histories) in enumerate(rows.items()):
+        curves(histories, "mean_acc", ax=axes[r, 0], styles=styles)
+        curves(histories, "train_loss", ax=axes[r, 1], logy=True, styles=styles)
+        curve_differences(histories, reference, "train_loss", ax=axes[r, 2], styles=styles)
+        axes[r, 0].set_ylabel("accuracy (%)")
+        axes[r, 1].set_ylabel("training loss")
+        axes[r, 2].set_ylabel("loss difference")
+        axes[r, 0].set_title(f"{name}: average user accuracy")
+        axes[r, 1].set_title(f"{name}: training loss (log)")
+        axes[r, 2].set_title(f"{name}: loss − {reference.split(' (')[0]}'s")
+        if r < len(rows) - 1:
+            for ax in axes[r]:
+                ax.set_xlabel("")
+    figure_legend(fig, title=legend_title)
     return fig
 
 
 def final_vs(series: dict[str, dict[Any, Sequence[float]]], ax=None, xlabel: str = "", ylabel: str = "",
-             fmt: Callable[[Any], str] = "{:g}".format):
+             fmt: Callable[[Any], str] = "{:g}".format, styles: Mapping[str, Mapping[str, str]] | None = None):
     """A final value against a factor's values, one line per series: the mean over seeds with
     ± std error bars (ddof 0). ``series``: {label: {factor value: the seeds' values}}. The factor's
     values sit evenly spaced, labelled with ``fmt`` (ε = 0, 0.01, 0.05, 0.1, 0.5, 1 would crowd the
-    left end of a linear axis), so that their order is what the eye reads."""
+    left end of a linear axis), so that their order is what the eye reads. A label ending in "(%)"
+    keeps the axis within [0, 100]."""
     ax = ax or plt.gca()
+    styles = styles if styles is not None else method_styles(list(series))
     xs = list(dict.fromkeys(x for by_x in series.values() for x in by_x))
     for label, by_x in series.items():
         pos = [xs.index(x) for x in by_x]
         v = [np.asarray(by_x[x], dtype=np.float64) for x in by_x]
-        ax.errorbar(pos, [a.mean() for a in v], yerr=[a.std() for a in v], marker="o", capsize=4, label=label)
+        ax.errorbar(pos, [a.mean() for a in v], yerr=[a.std() for a in v], label=label, **_style(styles, label))
     ax.set_xticks(range(len(xs)), [fmt(x) for x in xs])
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    if len(series) > 1:
-        ax.legend()
+    if ylabel.endswith("(%)"):
+        percent_axis(ax)
     return ax
 
 
@@ -206,35 +533,44 @@ def accuracy_vs_fairness(table, x: str = "mean", y: str = "worst10", ax=None, xl
     return ax
 
 
-def accuracy_distribution(final_acc: dict[str, np.ndarray], ax=None):
-    """Distribution of the clients' final test accuracies, one violin + strip per method, in %.
-    ``final_acc``: {method: accuracies as fractions}, as ``History.final_acc()`` gives them."""
+def accuracy_distribution(final_acc: dict[str, np.ndarray], ax=None,
+                          styles: Mapping[str, Mapping[str, str]] | None = None):
+    """Distribution of the clients' final test accuracies, one violin + strip per method, in %
+    (the axis within [0, 100]), the strip in each method's colour. ``final_acc``: {method:
+    accuracies as fractions}, as ``History.final_acc()`` gives them."""
     import pandas as pd
     import seaborn as sns
     ax = ax or plt.gca()
     largest = max((np.nanmax(np.abs(v)) for v in map(np.asarray, final_acc.values()) if v.size), default=0.0)
     if largest > 1:
-        raise ValueError(f"accuracy_distribution takes accuracies as fractions in [0, 1] (History.final_acc()) "
-                         f"and shows them in %; got values up to {largest:g}")
+        raise ConfigError(f"accuracy_distribution takes accuracies as fractions in [0, 1] (History.final_acc()) "
+                          f"and shows them in %; got values up to {largest:g}")
+    styles = styles if styles is not None else method_styles(list(final_acc))
     df = pd.concat([pd.DataFrame({"method": k, "accuracy": 100 * np.asarray(v, dtype=np.float64).ravel()})
                     for k, v in final_acc.items()])
-    sns.violinplot(df, x="method", y="accuracy", ax=ax, inner=None, cut=0, color="0.85")
+    sns.violinplot(df, x="method", y="accuracy", ax=ax, inner=None, cut=0, color="0.88", linewidth=0.6)
     # The strip's horizontal jitter is drawn from numpy's global generator: drawn from a fixed seed
     # (and the caller's generator left as it was), the same results give the same figure, byte for byte.
     state = np.random.get_state()
     np.random.seed(0)
     try:
-        sns.stripplot(df, x="method", y="accuracy", ax=ax, size=3, alpha=0.6, hue="method", legend=False)
+        sns.stripplot(df, x="method", y="accuracy", ax=ax, size=2, alpha=0.7, hue="method", legend=False,
+                      palette={m: _style(styles, m)["color"] for m in final_acc})
     finally:
         np.random.set_state(state)
+    ax.set_xlabel("")
     ax.set_ylabel("client test accuracy (%)")
+    percent_axis(ax)
     return ax
 
 
 def seed_band(ax, ys: np.ndarray, label: str, **kw):
     """Mean over seeds (rows of ``ys``, one column per round) with a band from the lowest to the
-    highest seed (positive, so it works on a log scale); returns the line."""
+    highest seed (positive, so it works on a log scale); returns the line. ``kw`` (a style from
+    ``method_styles`` or ``ordinal_styles``) goes to the line."""
     x = np.arange(ys.shape[1])
+    if "marker" in kw:
+        kw.setdefault("markevery", _markevery(len(x)))
     line, = ax.plot(x, ys.mean(0), label=label, **kw)
     if len(ys) > 1:
         ax.fill_between(x, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.15, linewidth=0)
@@ -242,19 +578,22 @@ def seed_band(ax, ys: np.ndarray, label: str, **kw):
 
 
 def task_curves(curves: dict[str, np.ndarray], axes: Sequence, tasks: Sequence[str] = ("L", "R"),
-                threshold: float | None = None, title: str = "", ylabel: str = "training loss"):
+                threshold: float | None = None, title: str = "", ylabel: str = "training loss",
+                styles: Mapping[str, Mapping[str, str]] | None = None):
     """One panel per task: each curve's mean over seeds with a min–max band, log scale.
-    ``curves``: {label: (seeds, points, tasks)}; ``threshold`` is drawn dotted."""
+    ``curves``: {label: (seeds, points, tasks)}; ``threshold`` is drawn dotted. No legend: the
+    figure's (``figure_legend``) names the curves and the threshold."""
+    styles = styles if styles is not None else method_styles(list(curves))
     for t, (ax, task) in enumerate(zip(axes, tasks)):
         for label, values in curves.items():
-            seed_band(ax, np.asarray(values)[:, :, t], label)
+            seed_band(ax, np.asarray(values)[:, :, t], label, **_style(styles, label))
         if threshold is not None:
-            ax.axhline(threshold, color="0.4", linestyle=":", linewidth=1)
+            ax.axhline(threshold, color="0.3", linestyle=":", linewidth=1, label=f"loss {threshold:g}")
         ax.set_yscale("log")
+        plain_log_ticks(ax)
         ax.set_title(f"{title}task {task}" if title else f"task {task}")
         ax.set_xlabel("communication round")
         round_axis(ax)
-        ax.legend()
     axes[0].set_ylabel(ylabel)
     return axes
 
@@ -262,114 +601,271 @@ def task_curves(curves: dict[str, np.ndarray], axes: Sequence, tasks: Sequence[s
 def fmol_local_steps(losses: Callable[[bool, int], np.ndarray], ks: Sequence[int], threshold: float,
                      tasks: Sequence[str] = ("L", "R")) -> matplotlib.figure.Figure:
     """FMOL Fig. 1(b): training loss against rounds for each K, iid (top) and non-iid (bottom),
-    one column per task, with Table 2's threshold dotted. ``losses(iid, K)`` gives the
-    (seeds, rounds + 1, tasks) losses of one setting."""
-    fig, axes = plt.subplots(2, len(tasks), figsize=(13, 8), layout="constrained", sharey=True, squeeze=False)
+    one column per task, with Table 2's threshold dotted; K in a sequential palette. ``losses(iid,
+    K)`` gives the (seeds, rounds + 1, tasks) losses of one setting."""
+    fig, axes = figure(2, len(tasks), height=4.3, sharex=True, sharey=True, squeeze=False)
+    styles = ordinal_styles(ks, label="K = {}".format)
     for row, iid in enumerate((True, False)):
         task_curves({f"K = {k}": losses(iid, k) for k in ks}, axes[row], tasks, threshold,
-                    title=f"{'iid' if iid else 'non-iid'}, ")
+                    title=f"{'iid' if iid else 'non-iid'}, ", styles=styles)
+    for ax in axes[0]:
+        ax.set_xlabel("")
+    figure_legend(fig)
     return fig
 
 
 def final_by_k(finals: dict[str, np.ndarray], ks: Sequence[int], axes: Sequence, tasks: Sequence[str] = ("L", "R"),
-               hollow: Sequence[str] = (), ylabel: str = "training loss after the last round"):
+               hollow: Sequence[str] = (), ylabel: str = "training loss after the last round",
+               styles: Mapping[str, Mapping[str, str]] | None = None):
     """FMOL Fig. 2(a): for each method, its final value per K (mean ± std over seeds), one panel
     per task, log scale. ``finals``: {label: (Ks, seeds, tasks)}; labels in ``hollow`` get hollow
-    markers (the centralised methods)."""
+    markers (the centralised methods). No legend: the figure's names the methods."""
+    styles = styles if styles is not None else method_styles(list(finals))
     for t, (ax, task) in enumerate(zip(axes, tasks)):
         for j, (label, values) in enumerate(finals.items()):
             v = np.asarray(values)[:, :, t]
-            ax.errorbar(np.arange(len(ks)) + (j - (len(finals) - 1) / 2) * 0.08, v.mean(1), yerr=v.std(1),
-                        marker="os"[j // 2 % 2], linestyle="none", capsize=3, markersize=8,
-                        markerfacecolor="white" if label in hollow else None, label=label)
+            style = _style(styles, label)
+            ax.errorbar(np.arange(len(ks)) + (j - (len(finals) - 1) / 2) * 0.1, v.mean(1), yerr=v.std(1),
+                        linestyle="none", markersize=4.5, label=label,
+                        markerfacecolor="white" if label in hollow else style["color"], **style)
         ax.set_xticks(np.arange(len(ks)), [f"K = {k}" for k in ks])
         ax.set_yscale("log")
+        plain_log_ticks(ax)
         ax.set_title(f"task {task}")
-        ax.legend()
     axes[0].set_ylabel(ylabel)
     return axes
 
 
+# ----------------------------------------------------------------------------- bars
+
 def grouped_bars(ax, categories: Sequence[str], groups: dict[str, tuple[Sequence[float], Sequence[float]]],
-                 paper: dict[str, Sequence[float]] | None = None, colors: Sequence[str] | None = None,
-                 width: float = 0.8):
-    """Bars of means with ± std error bars: one bar per group within each category (``groups``:
-    {group: (means, stds)}, each over ``categories``), and the paper's values as black dashes over
-    the bars of the same group when given."""
+                 paper: dict[str, Sequence[float]] | None = None,
+                 colors: Sequence[str] | Mapping[str, str] | None = None, width: float = 0.8,
+                 percent: bool = False, horizontal: bool = False):
+    """Bars of means with ± std error bars from 0: one bar per group within each category
+    (``groups``: {group: (means, stds)}, each over ``categories``), and the paper's values as black
+    dashes across the bars of the same group when given. ``colors``: {group: colour}, or one colour
+    per category when there is one group. With ``percent`` the axis runs from 0 to 100 and the
+    error bars stop at its ends (an accuracy of 99 ± 2 % does not reach 101). ``horizontal``: the
+    categories down the y-axis, the first on top (long names read without turning the head)."""
     x = np.arange(len(categories))
     n = len(groups)
     w = width / max(n, 1)
     for j, (name, (means, stds)) in enumerate(groups.items()):
         offset = (j - (n - 1) / 2) * w
-        kw = {"color": colors} if colors is not None and n == 1 else {}
-        ax.bar(x + offset, np.asarray(means, float), w, yerr=np.nan_to_num(np.asarray(stds, float)), capsize=3,
-               label=None if n == 1 else name, **kw)
+        means = np.asarray(means, dtype=np.float64)
+        stds = np.nan_to_num(np.asarray(stds, dtype=np.float64))
+        low, high = means - stds, means + stds
+        if percent:
+            low, high = np.clip(low, 0, 100), np.clip(high, 0, 100)
+        kw = {}
+        if isinstance(colors, Mapping):
+            kw["color"] = colors[name]
+        elif colors is not None and n == 1:
+            kw["color"] = list(colors)
+        err = np.stack([means - low, high - means])
+        error_kw = {"elinewidth": 0.8, "capsize": 1.5}
+        if horizontal:
+            ax.barh(x + offset, means, w, xerr=err, label=None if n == 1 else name, error_kw=error_kw, **kw)
+        else:
+            ax.bar(x + offset, means, w, yerr=err, label=None if n == 1 else name, error_kw=error_kw, **kw)
         if paper and name in paper:
-            ax.scatter(x + offset, paper[name], color="black", marker="_", s=120, zorder=3,
-                       label="paper" if j == 0 else None)
-    ax.set_xticks(x, categories)
+            at = (np.asarray(paper[name], dtype=np.float64), x + offset) if horizontal else \
+                (x + offset, np.asarray(paper[name], dtype=np.float64))
+            ax.scatter(*at, color="black", marker="|" if horizontal else "_", s=max(20.0, 300 * w ** 2), zorder=3,
+                       linewidths=1.2, label="paper" if j == 0 else None)
+    if horizontal:
+        ax.set_yticks(x, categories)
+        ax.set_ylim(len(categories) - 0.5, -0.5)
+        ax.grid(False, axis="y")
+    else:
+        ax.set_xticks(x, categories)
+        ax.grid(False, axis="x")
+    bar_axis(ax, percent=percent, axis="x" if horizontal else "y")
     return ax
 
 
-def client_curves(histories: Sequence[History], names: Sequence[str], ax=None):
-    """Each client's test accuracy (%) against rounds, mean ± std over the runs (seeds)."""
+def bar_panels(values: dict[str, dict[str, tuple[float, float]]], colors: Callable[[str, str], str],
+               ylabel: str, xlabel: str = "", percent: bool = True, lines: Mapping[str, tuple[float, dict]] = (),
+               patches: Mapping[str, str] = (), columns: int = 4, height: float | None = None
+               ) -> matplotlib.figure.Figure:
+    """Small multiples of bars, two columns wide: one panel per entry of ``values`` ({panel:
+    {bar label: (mean, std)}}), bars from 0 (to 100 with ``percent``, error bars stopping there),
+    each bar coloured ``colors(panel, bar label)``; ``lines`` ({label: (value, line style)})
+    are drawn across every panel (baselines); one legend below, of ``patches`` ({label: colour})
+    and the lines."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    rows = -(-len(values) // columns)
+    columns = -(-len(values) // rows)
+    fig, axes = figure(rows, columns, height=height or 1.9 * rows + 0.9, sharey=True, squeeze=False)
+    for ax, (panel, bars) in zip(axes.flat, values.items()):
+        labels = list(bars)
+        means = [bars[b][0] for b in labels]
+        stds = [bars[b][1] for b in labels]
+        grouped_bars(ax, labels, {panel: (means, stds)}, colors=[colors(panel, b) for b in labels], percent=percent)
+        for value, style in (dict(lines) or {}).values():
+            ax.axhline(value, **{"color": "0.2", "linewidth": 0.9, **style})
+        panel_title(ax, panel)
+        ax.set_xlabel(xlabel)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(ylabel)
+    for ax in axes.flat[len(values):]:
+        ax.set_axis_off()
+    handles = [Patch(color=c, label=lab) for lab, c in (dict(patches) or {}).items()]
+    handles += [Line2D([], [], **{"color": "0.2", "linewidth": 0.9, **style}, label=lab)
+                for lab, (_, style) in (dict(lines) or {}).items()]
+    figure_legend(fig, handles=handles)
+    return fig
+
+
+# ----------------------------------------------------------------------------- clients and methods
+
+def client_curves(histories: Sequence[History], names: Sequence[str], ax=None,
+                  styles: Mapping[str, Mapping[str, str]] | None = None):
+    """Each client's test accuracy (%) against rounds, mean ± std over the runs (seeds), the axis
+    within [0, 100]."""
     ax = ax or plt.gca()
+    styles = styles if styles is not None else method_styles(list(names))
     rounds = np.asarray(histories[0].eval_rounds)
     acc = 100 * np.stack([h.acc() for h in histories])          # (run, eval, client)
     for k, name in enumerate(names):
         mu, sd = acc[:, :, k].mean(0), acc[:, :, k].std(0)
-        line, = ax.plot(rounds, mu, label=name)
-        ax.fill_between(rounds, mu - sd, mu + sd, color=line.get_color(), alpha=0.2, linewidth=0)
+        line, = ax.plot(rounds, mu, label=name, markevery=_markevery(len(rounds)), **_style(styles, name))
+        ax.fill_between(rounds, np.clip(mu - sd, 0, 100), np.clip(mu + sd, 0, 100), color=line.get_color(),
+                        alpha=0.2, linewidth=0)
     ax.set_xlabel("round")
     round_axis(ax)
+    percent_axis(ax)
     return ax
 
 
-def improved_share(runs: dict[str, Sequence[History]], ax=None, window: int = 1):
+def _improved(hs: Sequence[History], window: int) -> np.ndarray:
+    """The share of improved participants per round (%, DQN-Fed eq. 29), mean over runs, as a
+    moving average over ``window`` rounds (its value at round t covers rounds t − window + 1 … t)."""
+    share = 100 * np.stack([np.asarray(h.round_improved, float) for h in hs]).mean(0)
+    return np.convolve(share, np.ones(window) / window, mode="valid")
+
+
+def improved_share(runs: dict[str, Sequence[History]], ax=None, window: int = 1,
+                   styles: Mapping[str, Mapping[str, str]] | None = None):
     """Share of improved participants per round (%, DQN-Fed eq. 29), mean over runs, as a moving
-    average over ``window`` rounds."""
+    average over ``window`` rounds, one line per method."""
     ax = ax or plt.gca()
-    for i, (m, hs) in enumerate(runs.items()):
-        share = 100 * np.stack([np.asarray(h.round_improved, float) for h in hs]).mean(0)
-        smooth = np.convolve(share, np.ones(window) / window, mode="valid")
-        ax.plot(np.arange(len(smooth)) + window, smooth, label=m, **series_style(i))
+    styles = styles if styles is not None else method_styles(list(runs))
+    for m, hs in runs.items():
+        smooth = _improved(hs, window)
+        ax.plot(np.arange(len(smooth)) + window, smooth, label=m, markevery=_markevery(len(smooth)), **_style(styles, m))
     ax.set_xlabel("round")
     round_axis(ax)
     ax.set_ylabel("improved participants (%)")
-    ax.legend()
+    percent_axis(ax)
     return ax
 
 
-def convergence(runs: dict[str, Sequence[History]], title: str) -> matplotlib.figure.Figure:
-    """Average client test accuracy (mean ± std over seeds) and the share of improved
-    participants per round (DQN-Fed Fig. 1 and 3)."""
-    columns = min(len(runs), 5)
-    fig, axes = plt.subplots(1, 2, figsize=(15, 4.8 + 0.3 * -(-len(runs) // columns)), layout="constrained")
-    curves(runs, "mean_acc", ax=axes[0])
-    axes[0].set_title("average client test accuracy")
+def method_panels(runs: dict[str, Sequence[History]], axes: Sequence, metric: str = "mean_acc",
+                  reference: str | None = None, color: str = PALETTE[0]):
+    """Small multiples: one panel per method (``axes``, in the order of ``runs``), its mean ± std
+    over seeds in ``color``, and the ``reference`` method's mean as a dashed dark-grey line in every
+    other panel, so that each method is read against the same baseline. The way to show more
+    methods than the palette has colours (CONVENTIONS: small multiples, not repeated colours)."""
+    axes = list(axes)
+    if reference is not None and reference not in runs:
+        raise ConfigError(f"method_panels: the reference {reference!r} is not among {list(runs)}")
+    if len(axes) < len(runs):
+        raise ConfigError(f"method_panels: {len(runs)} methods but {len(axes)} panels")
+    for ax, (m, hs) in zip(axes, runs.items()):
+        rounds = np.asarray(hs[0].eval_rounds)
+        if reference is not None and m != reference:
+            ref = _metric(runs[reference], metric).mean(0)
+            ax.plot(np.asarray(runs[reference][0].eval_rounds), ref, color="0.3", linestyle="--", linewidth=0.9,
+                    label=f"{reference} (reference), mean over seeds")
+        ys = _metric(hs, metric)
+        mu, sd = ys.mean(0), ys.std(0)
+        lo, hi = (np.clip(mu - sd, 0, 100), np.clip(mu + sd, 0, 100)) if metric == "mean_acc" else (mu - sd, mu + sd)
+        shade = REFERENCE["color"] if m == reference else color
+        ax.plot(rounds, mu, color=shade, label="the panel's method, mean over seeds")
+        if len(hs) > 1:
+            ax.fill_between(rounds, lo, hi, color=shade, alpha=0.2, linewidth=0, label="± std over seeds")
+        panel_title(ax, m + (" (reference)" if m == reference else ""))
+        round_axis(ax)
+    if metric == "mean_acc":         # once all are drawn: shared axes take the last limits set
+        for ax in axes[:len(runs)]:
+            percent_axis(ax)
+    for ax in axes[len(runs):]:
+        ax.set_axis_off()
+    return axes
+
+
+def improved_heatmap(runs: dict[str, Sequence[History]], ax, window: int = 1, colorbar: bool = True):
+    """The share of improved participants (%, DQN-Fed eq. 29; mean over runs, moving average over
+    ``window`` rounds) as a heat map: one row per method, rounds across, 0–100 % on one colour
+    scale. Fourteen such series drawn as lines cross each other in every round."""
+    names = list(runs)
+    shares = [_improved(hs, window) for hs in runs.values()]
+    width = max(len(s) for s in shares)
+    grid = np.full((len(names), width), np.nan)
+    for i, s in enumerate(shares):
+        grid[i, :len(s)] = s
+    image = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=100, interpolation="nearest",
+                      extent=(window - 0.5, window - 0.5 + width, len(names) - 0.5, -0.5))
+    ax.set_yticks(range(len(names)), names)
+    ax.grid(False)
+    ax.set_xlabel("round")
+    round_axis(ax)
+    if colorbar:
+        bar = ax.get_figure().colorbar(image, ax=ax, pad=0.01, aspect=15)
+        bar.set_label("improved participants (%)")
+    return image
+
+
+def convergence(runs: dict[str, Sequence[History]], title: str = "", reference: str | None = "FedAvg",
+                columns: int = 5) -> matplotlib.figure.Figure:
+    """DQN-Fed Fig. 1 and 3 for any number of methods, two columns wide: above, small multiples of
+    the average client test accuracy (mean ± std over seeds), one panel per method with the
+    ``reference`` method dashed in each (``method_panels``); below, the share of improved
+    participants per round (eq. 29, a moving average over a thirtieth of the rounds) as a heat map,
+    one row per method (``improved_heatmap``). Thirteen methods drawn as lines in two panels
+    tangled into one band of colour."""
+    reference = reference if reference in runs else None
+    rows = -(-len(runs) // columns)
+    columns = -(-len(runs) // rows)          # as few empty panels as the rows allow: 12 methods in 3 × 4, not 5 + 5 + 2
+    fig = plt.figure(figsize=(TWO_COLUMNS, 1.25 * rows + 0.16 * len(runs) + 1.6), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1.25 * rows + 0.5, 0.16 * len(runs) + 0.8])
+    axes = top.subplots(rows, columns, sharex=True, sharey=True, squeeze=False)
+    method_panels(runs, axes.flat, "mean_acc", reference)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("accuracy (%)")
+    for c in range(columns):          # the round axis under the lowest panel of each column
+        shown = [ax for ax in axes[:, c] if ax.axison]
+        shown[-1].set_xlabel("round")
+        shown[-1].xaxis.set_tick_params(labelbottom=True)
+    figure_legend(top)
+    top.suptitle("average client test accuracy", fontsize=matplotlib.rcParams["axes.titlesize"])
+    ax = bottom.subplots()
     rounds = max(h.rounds_done for hs in runs.values() for h in hs)
     window = max(1, rounds // 30)
-    improved_share(runs, axes[1], window)
-    axes[1].set_title(f"participants whose loss did not rise (eq. 29, Fig. 3), {window}-round moving average")
-    # one legend for both panels, below them: inside, a dozen entries hide the curves
-    for ax in axes:
-        ax.get_legend().remove()
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=columns)
-    fig.suptitle(title)
+    improved_heatmap(runs, ax, window)
+    ax.set_title(f"participants whose loss did not rise (eq. 29, Fig. 3), {window}-round moving average")
+    if title:
+        suptitle(fig, title)
     return fig
 
 
-def step_lengths(runs: dict[str, History], ax=None):
+def step_lengths(runs: dict[str, History], ax=None, styles: Mapping[str, Mapping[str, str]] | None = None):
     """The length of the server step ‖θᵗ⁺¹ − θᵗ‖ = ηₜ·‖d‖ per round (from a rule that logs
     ``step_norm2``), with × on the rounds in which some participant got worse."""
     ax = ax or plt.gca()
-    for (label, h), style in zip(runs.items(), ("-", "--", ":", "-.")):
+    styles = styles if styles is not None else method_styles(list(runs))
+    for i, (label, h) in enumerate(runs.items()):
         length = np.sqrt(np.asarray(h.info["step_norm2"])) * np.asarray(h.round_lr)
-        ax.semilogy(np.arange(1, len(length) + 1), length, style, label=label)
+        style = _style(styles, label)
+        ax.semilogy(np.arange(1, len(length) + 1), length, color=style["color"], label=label, linewidth=0.9)
         worse = np.flatnonzero(np.asarray(h.round_improved) < 1)
-        ax.plot(worse + 1, length[worse], "x", color="C3", ms=4)
+        ax.plot(worse + 1, length[worse], "x", color=style["color"], ms=3, markeredgewidth=0.8,
+                label="a participant got worse" if i == 0 else None)
     ax.set_xlabel("round")
     round_axis(ax)
+    plain_log_ticks(ax)
     ax.set_ylabel("length of the server step ‖θᵗ⁺¹ − θᵗ‖")
-    ax.legend()
     return ax

@@ -73,8 +73,8 @@ def main() -> None:
     plotting.use_style()
     fig = plotting.fmol_local_steps(lambda iid, k: np.stack([runs[(iid, k, s)].train_losses() for s in args.seeds]),
                                     args.ks, THRESHOLD)
-    fig.suptitle(f"FMOL Table 2 runs at the paper's size: FMGDA, M = 10 × 256, seeds {args.seeds} "
-                 "(dotted: 10⁻²; mean over seeds, band: min–max)")
+    plotting.suptitle(fig, f"FMOL Table 2 runs at the paper's size: FMGDA, M = 10 × 256, seeds {args.seeds} "
+                           "(dotted: 10⁻²; mean over seeds, band: min–max)")
     name = f"05_table2_paper_size_T{T}" + ("" if args.ks == [1, 5, 10, 20] else "_K" + "-".join(map(str, args.ks)))
     paths = plotting.save_figure(fig, name)
     print("figure:", ", ".join(str(p) for p in paths))

@@ -1,15 +1,19 @@
-"""save_figure: both formats, atomically, and byte-identical when re-plotted. What a reader sees:
-rounds ticked in whole numbers, a log axis in decimals, accuracy in %, no label over another or
-cut off, partition heatmaps readable in a notebook column."""
+"""save_figure: both formats, atomically, byte-identical when re-plotted, stamped with the style and
+the print checks. What a reader sees: every figure function's figure fit for print (a column's
+width, text ≥ 7 pt, nothing over anything or cut off, legends outside the data, bars from 0, %
+within [0, 100]), the checks themselves catching each broken form, rounds ticked in whole numbers,
+a log axis in decimals, one colour and marker per method, small multiples past the palette."""
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from figure_text import cut_off, over_other_panels, overlapping, shown_size_px, tick_labels  # noqa: E402
+from figure_text import (cut_off, over_other_panels, overlapping, problems, shown_size_px, smallest_text_pt,  # noqa: E402
+                         tick_labels, width_class)
 
 from fairfl import plotting  # noqa: E402
+from fairfl.errors import ConfigError  # noqa: E402
 from fairfl.history import History  # noqa: E402
 from fairfl.plotting import save_figure  # noqa: E402
 
@@ -73,12 +77,12 @@ def style():
     plt.close("all")
 
 
-def _history(rounds: int, acc: float, loss0: float, seed: int = 0) -> History:
-    """A run of ``rounds`` rounds evaluated every round: 100 clients' accuracy rising to ``acc``
+def _history(rounds: int, acc: float, loss0: float, seed: int = 0, clients: int = 100) -> History:
+    """A run of ``rounds`` rounds evaluated every round: the clients' accuracy rising to ``acc``
     (fractions, as a run records them), the training loss falling from ``loss0`` by two thirds."""
     rng = np.random.default_rng(seed)
     steps = np.linspace(0, 1, rounds + 1)
-    test_acc = [np.clip(0.1 + (acc - 0.1) * s + 0.05 * rng.standard_normal(100), 0, 1).tolist() for s in steps]
+    test_acc = [np.clip(0.1 + (acc - 0.1) * s + 0.05 * rng.standard_normal(clients), 0, 1).tolist() for s in steps]
     return History(config={}, eval_rounds=list(range(rounds + 1)), test_acc=test_acc,
                    train_loss=(loss0 * (1 - 2 / 3 * steps)).tolist(), round_lr=[1.0] * rounds,
                    round_improved=[0.5] * rounds)
@@ -146,17 +150,409 @@ def test_partition_heatmaps_are_readable_in_a_notebook_column(style):
     assert not cut_off(fig), cut_off(fig)
 
 
-def test_thirteen_methods_in_the_convergence_figure_look_different_and_hide_no_curve(style):
-    """Notebook 04 plots 13 methods: the colour cycle has ten, so the eleventh looked exactly like
-    the first; and a legend of 13 entries inside the panels covered the curves. Every series now
-    has its own (colour, line style), and one legend below the panels overlaps neither panel."""
-    runs = {f"method {i}": [_history(30, 0.5 + 0.03 * i, 2.0, i)] for i in range(13)}
+def test_thirteen_methods_become_small_multiples_and_a_heat_map(style):
+    """Notebook 04's 13 methods: drawn as lines in one panel they tangled into one band (14 jagged
+    lines of improved participants over each other). Now one panel per method, its curve in one
+    colour with the reference (FedAvg) dashed behind it, and the improved share as a heat map with
+    one row per method; one legend, below, fit for print."""
+    runs = _flat_runs(13, rounds=60)
     fig = plotting.convergence(runs, "thirteen methods")
-    for ax in fig.axes:
-        styles = [(line.get_color(), line.get_linestyle()) for line in ax.get_lines()]
-        assert len(styles) == 13 and len(set(styles)) == 13, styles
-        assert ax.get_legend() is None
-    assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == 13
-    assert not over_other_panels(fig), over_other_panels(fig)
-    assert not overlapping(fig), overlapping(fig)
-    assert not cut_off(fig), cut_off(fig)
+    _fit_for_print(fig)
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    titles = [ax.get_title().replace("\n", " ") for ax in panels]
+    assert titles[:13] == ["FedAvg (reference)"] + [f"method {i}" for i in range(1, 13)], titles
+    for ax in panels[1:13]:            # every method's panel holds it and the reference, nothing else
+        labels = [line.get_label() for line in ax.get_lines()]
+        assert labels == ["FedAvg (reference), mean over seeds", "the panel's method, mean over seeds"], labels
+    heat = [ax for ax in fig.axes if ax.images]
+    assert len(heat) == 1 and heat[0].images[0].get_array().shape[0] == 13
+    assert [t.get_text() for t in heat[0].get_yticklabels()] == list(runs)
+    assert len([lg for sub in [fig, *fig.subfigs] for lg in sub.legends]) == 1
+    assert all(ax.get_legend() is None for ax in fig.axes)
+
+
+# ----------------------------------------------------------------------------- fit for print
+
+def _fit_for_print(fig):
+    """Every rule of fairfl.figure_checks: a column's width, text ≥ 7 pt, nothing over anything,
+    nothing cut off, legends off the panels, bars from 0, % within [0, 100]."""
+    found = problems(fig)
+    assert not found, found
+
+
+def _flat_runs(n: int, rounds: int = 30, clients: int = 3, seeds: int = 2, reference: str = "FedAvg"):
+    names = [reference] + [f"method {i}" for i in range(1, n)]
+    return {name: [_history(rounds, 0.5 + 0.03 * i, 2.0, 10 * i + s, clients=clients) for s in range(seeds)]
+            for i, name in enumerate(names)}
+
+
+def _bars_fig():
+    fig, ax = plotting.figure(height=2.6)
+    methods = ["FedAvg", "FedProx (μ=0.01)", "q-FedAvg (q=0.5)", "q-FedAvg (q=2)", "FedMGDA+", "FedAvg-n", "MGDA-Prox"]
+    plotting.grouped_bars(ax, methods, {"no attack": (np.linspace(65, 75, 7), np.full(7, 1.0)),
+                                        "scaled ×10": (np.linspace(35, 99.5, 7), np.full(7, 2.0))},
+                          colors={"no attack": plotting.PALETTE[0], "scaled ×10": plotting.PALETTE[1]}, percent=True)
+    ax.tick_params(axis="x", labelrotation=20)
+    ax.set_ylabel("average user test accuracy (%)")
+    plotting.figure_legend(fig)
+    return fig
+
+
+def _table3_fig():
+    """Notebook 03's Table 3: 12 methods × 3 clients' bars across, the paper's dashes, two models."""
+    methods = ["FedAvg", "AFL (η_λ=0.01)", "AFL (η_λ=0.1)", "AFL (η_λ=0.5)", "q-FedAvg (q=5)", "q-FedAvg (q=15)",
+               "FedMGDA+ (ε=0.05)", "FedMGDA+ (ε=0.1)", "FedMGDA+ (ε=1)", "FedFV (α=0)", "FedFV (α=1/3)", "FedFV (α=2/3)"]
+    clients = plotting.method_styles(["shirt", "pullover", "T-shirt"])
+    rng = np.random.default_rng(0)
+    fig, axes = plotting.figure(1, 2, height=0.3 * len(methods) + 1.0, squeeze=False, sharey=True)
+    for ax, model in zip(axes[0], ("mlp2", "logreg")):
+        plotting.grouped_bars(ax, methods, {c: (rng.uniform(36, 96, 12), rng.uniform(0, 9, 12)) for c in clients},
+                              paper={c: rng.uniform(44, 99, 12) for c in clients},
+                              colors={c: s["color"] for c, s in clients.items()}, percent=True, horizontal=True)
+        ax.set_xlabel("test accuracy on the client's class (%)")
+        ax.set_title(plotting.human(model))
+    plotting.figure_legend(fig)
+    plotting.suptitle(fig, "FedFV Table 3: bars ours (mean ± std over 3 seeds), dashes the paper's")
+    return fig
+
+
+def _fmol_losses(ks, seeds: int = 3, rounds: int = 20):
+    rng = np.random.default_rng(1)
+    return lambda iid, k: np.exp(-np.linspace(0, 0.2 * k, rounds + 1))[None, :, None] * 2.3 \
+        * rng.uniform(0.9, 1.1, size=(seeds, 1, 2))
+
+
+def _bias_fig():
+    ac = {"no attack": plotting.PALETTE[0], "attacked": plotting.PALETTE[1]}
+    panels = {"AFL": {"0": (79.9, 0.5), "0.01": (79.5, 0.8), "0.1": (76.8, 1.8), "1": (68.1, 1.0)},
+              "q-FedAvg (q=5)": {"0": (83.1, 0.1), "1000": (57.5, 1.6), "5000": (51.9, 3.4), "10000": (51.9, 3.4)},
+              "FedMGDA+": {"0": (77.9, 0.8), "1": (77.9, 0.8), "10000": (77.9, 0.8)},
+              "FedAvg": {"0": (83.1, 0.1), "1": (83.1, 0.1), "10000": (83.1, 0.1)}}
+    fig = plotting.bar_panels(panels, lambda m, b: ac["no attack" if float(b) == 0 else "attacked"],
+                              ylabel="uniform test accuracy (%)", xlabel="bias",
+                              patches={"no attack (bias 0)": ac["no attack"], "the PhD client adds the bias": ac["attacked"]},
+                              lines={"trained on PhD rows only (51.85 %)": (51.85, {"linestyle": "--"}),
+                                     "… on the official code's rows (off by one: 82.01 %)": (82.01, {"linestyle": ":"})})
+    plotting.suptitle(fig, "Bias attack by the PhD client on Adult (FedMGDA+ Fig. 2 left), 60 rounds, mean ± std over 3 seeds")
+    return fig
+
+
+def _eps_fig():
+    eps = [0.0, 0.01, 0.05, 0.1, 0.5, 1.0]
+    label = lambda e: f"ε = {e:g}" + (" (FedAvg)" if e == 0 else " (FedMGDA)" if e == 1 else "")
+    styles = plotting.ordinal_styles(eps, label=label)
+    rows = {s: {label(e): [_history(200, 0.78 + 0.001 * i, 2.3, 10 * i + k) for k in range(5)] for i, e in enumerate(eps)}
+            for s in ("iid", "non-iid")}
+    fig = plotting.curves_and_differences(rows, reference=label(0.0), styles=styles)
+    plotting.suptitle(fig, "FedMGDA+ ε-interpolation on Fashion-MNIST: mean over 5 seeds, band ± std (paper Fig. 5/6); "
+                           "right: minus ε = 0's loss, seed by seed")
+    return fig
+
+
+def _final_vs_fig():
+    fig, axes = plotting.figure(2, 2, height=3.9, sharex=True)
+    for row, setting in enumerate(("iid", "non-iid")):
+        for col, (unit, centre) in enumerate((("training loss", 0.55), ("accuracy (%)", 78.0))):
+            plotting.final_vs({setting: {e: centre + 0.01 * np.arange(5) * (1 + i) for i, e in
+                                         enumerate((0, 0.01, 0.05, 0.1, 0.5, 1))}}, ax=axes[row, col],
+                              xlabel="ε" if row else "", ylabel=unit, styles={setting: {"color": "0.2", "marker": "o"}})
+            axes[row, col].set_title(f"{setting}: final {unit.split(' (')[0]}")
+    plotting.suptitle(fig, "FedMGDA+ on Fashion-MNIST: the end of every run against ε (mean ± std over 5 seeds)")
+    return fig
+
+
+def _ordering_fig():
+    clients = ["shirt", "pullover", "T-shirt"]
+    styles = plotting.method_styles(clients)
+    fig, axes = plotting.figure(2, 3, height=4.5, squeeze=False, sharex=True, sharey=True)
+    for r, model in enumerate(("mlp2", "logreg")):
+        for c, order in enumerate(("loss", "random", "reverse")):
+            plotting.client_curves([_history(200, 0.9, 2.0, s, clients=3) for s in range(3)], clients, axes[r, c],
+                                   styles=styles)
+            plotting.panel_title(axes[r, c], f"{plotting.human(model)}, {order} order: final std 12.21")
+            axes[r, c].set_ylabel("client test accuracy (%)" if c == 0 else "")
+            if r == 0:
+                axes[r, c].set_xlabel("")
+    plotting.figure_legend(fig)
+    plotting.suptitle(fig, "FedFV (α = 0): each client's test accuracy by projection order (mean ± std over 3 seeds; "
+                           "FedFV Table 4)")
+    return fig
+
+
+def _step_fig():
+    fig, axes = plotting.figure(1, 2, height=2.8)
+    axes[0].bar(["Q1", "Q2", "Q3", "Q4"], [100.0, 99.9, 77.3, 24.9], color=plotting.PALETTE[0])
+    plotting.bar_axis(axes[0], percent=True)
+    axes[0].set_xlabel("quartile of ηₜ / minₖ d̃ₖ, all rounds and seeds")
+    axes[0].set_ylabel("improved participants (%)")
+    plotting.panel_title(axes[0], "DQN-Fed, eq. (17): where participants get worse (Theorem 4.2 needs ηₜ / minₖ d̃ₖ ≤ 2/L)")
+    rng = np.random.default_rng(0)
+    runs = {}
+    for name in ("DQN-Fed (seed 0)", "DQN-Fed, Alg. 1 reading (seed 0)"):
+        h = _history(300, 0.8, 2.0)
+        h.info["step_norm2"] = rng.uniform(0.1, 10, 300).tolist()
+        h.round_improved = rng.choice([1 / 3, 2 / 3, 1.0], 300).tolist()
+        runs[name] = h
+    plotting.step_lengths(runs, axes[1], styles=plotting.method_styles(list(runs)))
+    plotting.panel_title(axes[1], "length of the server step; × rounds in which some participant got worse")
+    plotting.figure_legend(fig)
+    return fig
+
+
+def _fig1a_fig():
+    batches = [4, 16, 32, 64]
+    label = lambda b: f"b = {b}" + (" (FMGDA)" if b == 64 else " (FSMGDA)")
+    fig, axes = plotting.figure(1, 2, height=2.6, sharey=True)
+    losses = _fmol_losses(batches)
+    plotting.task_curves({label(b): losses(False, b / 8) for b in batches}, axes,
+                         styles=plotting.ordinal_styles(batches, label=label, cmap="plasma"))
+    plotting.figure_legend(fig)
+    plotting.suptitle(fig, "FMOL Fig. 1(a): batch sizes, non-iid, K = 10, M = 10 × n = 64 (mean over 3 seeds, band: min–max)")
+    return fig
+
+
+def _fig1b_fig():
+    fig = plotting.fmol_local_steps(_fmol_losses([1, 5, 10, 20]), [1, 5, 10, 20], 1e-2)
+    plotting.suptitle(fig, "FMOL Fig. 1(b): FMGDA with K local steps (dotted: the 10⁻² of Table 2; mean over 3 seeds, "
+                           "band: min–max)")
+    return fig
+
+
+def _final_by_k_fig():
+    methods = ["FMGDA", "MGD", "FSMGDA (b = 16)", "SMGD (b = 16)"]
+    rng = np.random.default_rng(2)
+    fig, axes = plotting.figure(1, 2, height=2.6, sharey=True)
+    plotting.final_by_k({m: rng.uniform(0.05, 2.5, size=(4, 3, 2)) for m in methods}, [1, 5, 10, 20], axes,
+                        hollow=["MGD", "SMGD (b = 16)"], ylabel="training loss after 20 rounds",
+                        styles=plotting.method_styles(methods))
+    plotting.figure_legend(fig)
+    plotting.suptitle(fig, "FMOL Fig. 2(a): federated (filled) vs centralised (hollow, same K·T iterations and total "
+                           "batch), non-iid (mean ± std over 3 seeds)")
+    return fig
+
+
+def _multimnist_fig():
+    rng = np.random.default_rng(3)
+    fig = plt.figure(figsize=(plotting.TWO_COLUMNS, 2.4), layout="constrained")
+    grid = fig.add_gridspec(2, 8)
+    for k in range(8):
+        ax = fig.add_subplot(grid[k // 4, k % 4])
+        ax.imshow(rng.uniform(size=(28, 28)), cmap="gray_r")
+        ax.set_title(f"L={k}, R={9 - k}", fontsize=7)
+        ax.axis("off")
+    for t, name in enumerate(("L", "R")):
+        plotting.partition_heatmap(rng.integers(0, 60, size=(10, 10)), ax=fig.add_subplot(grid[:, 4 + 2 * t: 6 + 2 * t]),
+                                   title=f"task {name}: labels per client")
+    plotting.suptitle(fig, "MultiMNIST: example pairs (task L: left digit, R: right digit) and the non-iid partition of "
+                           "M = 10 clients (seed 0)")
+    return fig
+
+
+def _improved_fig():
+    fig, ax = plotting.figure(width=plotting.ONE_COLUMN, height=2.4)
+    plotting.improved_share(_flat_runs(3, rounds=60), ax=ax, window=5)
+    plotting.figure_legend(fig)
+    return fig
+
+
+def _distribution_fig():
+    runs = _short_runs(2)
+    fig, ax = plotting.figure(width=plotting.ONE_COLUMN, height=2.6)
+    plotting.accuracy_distribution({n: np.concatenate([h.final_acc() for h in hs]) for n, hs in runs.items()}, ax=ax,
+                                   styles=plotting.method_styles(list(runs), reference="FedAvg"))
+    ax.set_title("client test accuracy after 2 rounds (all seeds)")
+    return fig
+
+
+def _partitions_fig():
+    rng = np.random.default_rng(0)
+    counts = {f"{name}: 100 clients": rng.integers(0, 120, size=(100, 10)) for name in
+              ("iid", "label shards (5 per client)", "Dirichlet(β = 0.3)")}
+    counts["one class per client (FedFV): 3 clients"] = np.eye(3, 10, dtype=int) * 6000
+    return plotting.partitions(counts, class_names=FMNIST, max_clients=30,
+                               title="Fashion-MNIST: training samples per client and label (first 30 clients)")
+
+
+# Each figure function of fairfl.plotting, drawn as its notebook draws it, at the notebook's size and with its
+# longest labels; the functions of notebook 06 only (accuracy_vs_fairness, series_style) are its own rewrite's
+FIGURES = {
+    "accuracy_and_loss": lambda: plotting.accuracy_and_loss(
+        _short_runs(2), "Fashion-MNIST, label shards, CNN (FedMGDA+ Table 3), p = 0.05; mean ± std over 2 seed(s)"),
+    "partitions": _partitions_fig,
+    "accuracy_distribution": _distribution_fig,
+    "curves_and_differences": _eps_fig,
+    "final_vs": _final_vs_fig,
+    "bar_panels": _bias_fig,
+    "grouped_bars": _bars_fig,
+    "grouped_bars_with_paper": _table3_fig,
+    "client_curves": _ordering_fig,
+    "convergence": lambda: plotting.convergence(_flat_runs(13, rounds=300), "Fashion-MNIST (DQN-Fed Appendix G.1), "
+                                                "3 clients, MLP: mean ± std over 3 seeds (FedNL, FedNew: 1; Ditto: each "
+                                                "client's personal model)"),
+    "step_lengths": _step_fig,
+    "task_curves": _fig1a_fig,
+    "fmol_local_steps": _fig1b_fig,
+    "final_by_k": _final_by_k_fig,
+    "partition_heatmap": _multimnist_fig,
+    "improved_share": _improved_fig,
+}
+# what FIGURES covers besides the names above: functions drawn inside another's figure
+INSIDE = {"curves": "accuracy_and_loss", "curve_differences": "curves_and_differences", "seed_band": "task_curves",
+          "method_panels": "convergence", "improved_heatmap": "convergence"}
+NOT_FIGURES = {"use_style", "figure", "method_styles", "ordinal_styles", "figure_legend", "suptitle", "panel_title",
+               "percent_axis", "bar_axis", "round_axis", "plain_log_ticks", "human", "save_figure", "figure_stamp",
+               "accuracy_vs_fairness", "series_style"}      # the last two: notebook 06's, rewritten elsewhere
+
+
+def test_every_figure_function_is_checked():
+    """A figure function added to fairfl.plotting without an entry in FIGURES fails here."""
+    import inspect
+    public = {n for n, f in vars(plotting).items() if inspect.isfunction(f) and f.__module__ == plotting.__name__
+              and not n.startswith("_")}
+    covered = {n.replace("_with_paper", "") for n in FIGURES} | set(INSIDE)
+    assert public - NOT_FIGURES - covered == set()
+
+
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_figure_is_fit_for_print(style, name):
+    """Drawn at its notebook's print size: one or two columns wide, no text under 7 pt, nothing
+    over anything or cut off, legends outside the panels, bars from 0, % within [0, 100]."""
+    fig = FIGURES[name]()
+    assert width_class(fig) is not None, fig.get_size_inches()
+    assert smallest_text_pt(fig) >= 7
+    _fit_for_print(fig)
+
+
+# ----------------------------------------------------------------------------- the checks catch what the issue saw
+
+def test_the_checks_catch_each_form_the_committed_figures_had(style):
+    """Each rule fails on the form a committed figure had before the print style (so that the tests
+    above can fail): a 17-inch figure (01), a legend inside the panel over the bars and a bar axis
+    cut at 50 % (02), 5-pt text, % shown past 100, two labels on top of each other."""
+    fig, ax = plt.subplots(figsize=(17, 8))
+    ax.bar(["AFL", "q-FedAvg"], [79.9, 51.9], label="ours")
+    ax.set_ylim(50, 85)
+    ax.legend(loc="lower right")
+    ax.set_ylabel("uniform test accuracy (%)")
+    found = " | ".join(problems(fig))
+    assert "17.00 in wide" in found and "bars not from 0" in found and "legend over a panel" in found, found
+
+    fig, ax = plotting.figure(width=plotting.ONE_COLUMN, height=2.0)
+    ax.plot([0, 1], [0, 100])
+    ax.set_ylim(-3, 104)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("tiny", fontsize=5)
+    ax.text(0.5, 50, "one label")
+    ax.text(0.5, 50, "one label too")
+    found = " | ".join(problems(fig))
+    assert "under 7 pt" in found and "% outside [0, 100]" in found and "over each other" in found, found
+    assert not problems(_bars_fig())          # and a figure in the print style passes
+
+
+def test_method_styles_one_colour_and_marker_each_and_small_multiples_past_the_palette():
+    styles = plotting.method_styles(["DQN-Fed", "FedAvg", "q-FFL"], reference="FedAvg")
+    assert styles["FedAvg"] == {"color": "#000000", "marker": "*"}
+    assert len({s["color"] for s in styles.values()}) == 3 and len({s["marker"] for s in styles.values()}) == 3
+    first = plotting.method_styles(["a", "b", "c"])
+    assert plotting.method_styles(["a", "b"]) == {k: first[k] for k in ("a", "b")}     # the same in every figure
+    seven = plotting.method_styles([f"m{i}" for i in range(7)] + ["FedAvg"], reference="FedAvg")
+    assert len({s["color"] for s in seven.values()}) == 8
+    with pytest.raises(ConfigError, match="small multiples"):
+        plotting.method_styles([f"m{i}" for i in range(8)])
+    with pytest.raises(ConfigError, match="twice"):
+        plotting.method_styles(["a", "a"])
+    with pytest.raises(ConfigError, match="reference"):
+        plotting.method_styles(["a"], reference="FedAvg")
+    with pytest.raises(ConfigError, match="no style for 'c'"):
+        plotting.curves({"c": [_history(2, 0.8, 2.3)]}, styles=plotting.method_styles(["a"]))
+
+
+def test_ordinal_styles_follow_the_order_of_the_factor():
+    """ε = 0 … 1 (notebook 01) along viridis: the colours darkest first and each lighter than the
+    last, so that the order of ε is the order of lightness."""
+    from matplotlib.colors import to_rgb
+    eps = [0.0, 0.01, 0.05, 0.1, 0.5, 1.0]
+    styles = plotting.ordinal_styles(eps, label="ε = {:g}".format)
+    assert list(styles) == [f"ε = {e:g}" for e in eps]
+    lightness = [np.dot(to_rgb(s["color"]), [0.299, 0.587, 0.114]) for s in styles.values()]
+    assert all(b > a for a, b in zip(lightness, lightness[1:])), lightness
+    assert len({s["marker"] for s in styles.values()}) == len(eps)
+
+
+def test_percent_axis_takes_in_every_shared_panel_and_stays_within_0_and_100(style):
+    """Panels that share the accuracy axis: the limits set after the first panel would have cut the
+    second's curve at the first's top (60 %); and a band past 100 is not shown past 100."""
+    fig, axes = plotting.figure(1, 2, sharey=True)
+    for ax, top in zip(axes, (0.6, 0.99)):
+        plotting.client_curves([_history(10, top, 2.0, s, clients=3) for s in range(3)], ["a", "b", "c"], ax)
+    low, high = axes[0].get_ylim()
+    assert high >= max(line.get_ydata().max() for ax in axes for line in ax.get_lines())
+    assert 0 <= low and high <= 100
+
+
+def test_curve_differences_are_seed_paired_and_the_reference_is_zero(style):
+    ref = [_history(5, 0.8, 2.0, s) for s in (0, 1)]
+    other = [_history(5, 0.8, 2.2, s) for s in (0, 1)]
+    fig, ax = plt.subplots()
+    plotting.curve_differences({"ref": ref, "other": other}, "ref", ax=ax)
+    lines = {line.get_label(): line.get_ydata() for line in ax.get_lines()}
+    np.testing.assert_array_equal(lines["ref"], 0.0)
+    expected = np.mean([np.subtract(o.train_loss, r.train_loss) for o, r in zip(other, ref)], axis=0)
+    np.testing.assert_allclose(lines["other"], expected)
+    with pytest.raises(ConfigError, match="same seeds"):
+        plotting.curve_differences({"ref": ref, "other": other[:1]}, "ref", ax=ax)
+
+
+def test_one_figure_legend_replaces_the_panels_legends_and_fits(style):
+    """Six panels each with its own legend of the same six entries (notebook 01): one legend,
+    each entry once, below the panels, in as many columns as fit, nothing cut off."""
+    labels = [f"ε = {e:g}" + (" (FedAvg)" if e == 0 else "") for e in (0, 0.01, 0.05, 0.1, 0.5, 1)]
+    fig, axes = plotting.figure(2, 3, height=4.0)
+    for ax in axes.flat:
+        for i, lab in enumerate(labels):
+            ax.plot([0, 1], [i, i + 1], label=lab)
+        ax.legend()
+    plotting.figure_legend(fig)
+    assert all(ax.get_legend() is None for ax in axes.flat)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == labels
+    _fit_for_print(fig)
+
+
+def test_save_figure_stamps_the_png_with_the_style_and_the_checks(tmp_path, style, capsys):
+    good = _bars_fig()
+    plotting.save_figure(good, "good", tmp_path)
+    stamp = plotting.figure_stamp(tmp_path / "good.png")
+    assert stamp == {"fairfl-style": plotting.STYLE, "fairfl-size": "6.90 x 2.60 in (two columns)",
+                     "fairfl-checks": "ok"}
+    from PIL import Image
+    with Image.open(tmp_path / "good.png") as image:
+        assert image.size == (round(6.9 * plotting.SAVE_DPI), round(2.6 * plotting.SAVE_DPI))   # the printed size
+    bad, ax = plt.subplots(figsize=(15, 4))
+    ax.plot([0, 1], [0, 1], label="x")
+    ax.legend()
+    plotting.save_figure(bad, "bad", tmp_path)
+    assert "15.00 in wide" in plotting.figure_stamp(tmp_path / "bad.png")["fairfl-checks"]
+    assert "figure bad: not fit for print" in capsys.readouterr().out
+    plain = tmp_path / "plain.png"
+    bad.savefig(plain)
+    assert plotting.figure_stamp(plain) == {}
+
+
+def test_contact_sheet_labels_each_figure_by_what_drew_it(tmp_path, style):
+    """scripts/contact_sheet.py reads the stamps: a figure saved by save_figure is "new code",
+    one saved by anything else "old code"; the sheet holds a tile for each."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "contact_sheet", Path(__file__).resolve().parent.parent / "scripts" / "contact_sheet.py")
+    sheet = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sheet)
+    plotting.save_figure(_bars_fig(), "a_new", tmp_path)
+    old, ax = plt.subplots(figsize=(12, 4))
+    ax.bar(["x"], [60])
+    ax.set_ylim(50, 70)
+    old.savefig(tmp_path / "b_old.png", dpi=50)
+    image, labels = sheet.sheet(sorted(tmp_path.glob("*.png")), columns=2, tile=200)
+    assert [(name, kind) for name, kind, _ in labels] == [("a_new.png", "new"), ("b_old.png", "old")]
+    assert labels[0][2] == "new code (print-1), 6.90 x 2.60 in (two columns), checks ok"
+    assert image.size[0] == 2 * (200 + 12) + 12

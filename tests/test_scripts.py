@@ -34,6 +34,8 @@ SMOKE: dict[str, tuple[list[str], str]] = {
     "benchmarks/ray_throughput.py": (["--smoke"], "| RayBackend"),
     "benchmarks/round_speed.py": (["--smoke"], "sweep throughput ratio vs sequential"),
     "benchmarks/sweep_speed.py": (["--smoke"], "sweep speed-up vs executor (geometric mean)"),
+    # two figures drawn there, one through save_figure (new code) and one by plain matplotlib (old code)
+    "scripts/contact_sheet.py": (["--smoke", "--out", "{tmp}/sheet.png"], "2 figures: 1 drawn by the new code (1 fit"),
     "scripts/dqnfed_shakespeare.py": (["--smoke", "--out", "{tmp}/dqnfed.csv"], "wrote 2 rows to"),
     "scripts/explore_screenshots.py": (["{tmp}/explore-cache", "--smoke"], "selection 2: A"),
     "scripts/fmol_readings.py": (["--smoke", "--out", "{tmp}/readings.csv"], "wrote 2 rows to"),
