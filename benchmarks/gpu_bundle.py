@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import importlib.metadata
 import json
 import shutil
@@ -41,6 +40,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from fairfl.data.base import sha256  # noqa: E402  (the loaders' own checksum)
 
 LIMIT = 48 * 2 ** 20            # bytes: with the repository's ~7.4 MiB, inside the 64 MiB that travel
 DEFAULT = REPO / ".gpu-bundle"
@@ -95,12 +96,6 @@ def refused_modules() -> set[str]:
     return out
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def wheel_fits(filename: str) -> bool:

@@ -2,7 +2,21 @@
 leaves behind (read from /proc: Linux only, as the tests that use them)."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from pathlib import Path
+
+
+def stop_group(process: subprocess.Popen, grace: float = 30) -> None:
+    """End a process started as the leader of its own group (a server and its kernels): SIGTERM to
+    the group, SIGKILL after ``grace`` seconds."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def children(pid: int) -> list[int]:

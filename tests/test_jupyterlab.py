@@ -34,11 +34,20 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from processes import children
+from processes import children, stop_group
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(os.environ.get("FAIRFL_ARTIFACTS", REPO / "tmp" / "artifacts"))
+
+
+def save_artifacts(browser, request) -> None:
+    """A failed browser test leaves its screenshot and page under ARTIFACTS, named after the test."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    stem = ARTIFACTS / request.node.name
+    browser.save_screenshot(f"{stem}.png")
+    Path(f"{stem}.html").write_text(browser.page_source)
+    print(f"screenshot and page saved: {stem}.png, {stem}.html")
 DISTRIBUTION = "per-client accuracy distribution"   # a metric of fairfl.explorer
 RUN_TIMEOUT = 240            # seconds for every cell of 00 in the smoke profile (about 40 s measured)
 
@@ -341,11 +350,7 @@ def test_tour_notebook_runs_in_jupyterlab_with_figures_progress_a_live_explorer_
         print(f"00_tour ran in JupyterLab, and a sweep was interrupted, in {time.time() - t0:.1f} s "
               f"({cells} code cells, {len(images)} images, {len(bars)} progress bar(s))")
     except BaseException:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        stem = ARTIFACTS / request.node.name
-        browser.save_screenshot(f"{stem}.png")
-        Path(f"{stem}.html").write_text(browser.page_source)
-        print(f"screenshot and page saved: {stem}.png, {stem}.html")
+        save_artifacts(browser, request)
         raise
 
 
@@ -510,20 +515,10 @@ def test_a_newcomers_first_afternoon_in_a_fresh_clone(browser, tmp_path, request
         _no_traceback(swept, "the cells typed into 06")
         assert any("coordinate_median: defined in this notebook or script (__main__)" in t for t in swept), swept
     except BaseException:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        stem = ARTIFACTS / request.node.name
-        browser.save_screenshot(f"{stem}.png")
-        Path(f"{stem}.html").write_text(browser.page_source)
-        print(f"screenshot and page saved: {stem}.png, {stem}.html")
+        save_artifacts(browser, request)
         raise
     finally:
-        import signal
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_group(server)
         log.close()
     lab_log = (tmp_path / "make-lab.log").read_text()
     assert "Traceback" not in lab_log, lab_log[-3000:]

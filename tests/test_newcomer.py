@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import signal
 import socket
 import subprocess
 import time
@@ -14,6 +12,7 @@ import urllib.request
 
 import pytest
 from clone import environment, fresh_clone
+from processes import stop_group
 
 
 def _free_port() -> int:
@@ -60,12 +59,7 @@ def test_make_lab_passes_its_arguments_and_serves_the_repository_root(tmp_path):
             where = e.headers.get("Location")
         assert where is not None and where.split("?")[0].endswith("/lab/tree/notebooks"), where
     finally:
-        os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        stop_group(p)
         log.close()
 
 

@@ -16,8 +16,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from ..messages import Aggregate, ClientUpdates
 from ..minnorm import SOLVERS, min_norm_direction
 from .base import Algorithm, Context, RoundPlan, ServerStep, option, register, with_proximal_term

@@ -20,7 +20,6 @@ times 2/m, 4/(3m), 8/(7m), … (its averaging divides by m twice).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 

@@ -12,7 +12,7 @@ import torch
 from ..atomic import atomic_write
 from ..errors import DatasetNotFoundError
 from ..paths import data_root
-from .base import (ArrayDataset, Normalization, downloads_allowed, missing_message, normalise, package_file,
+from .base import (ArrayDataset, Normalization, downloads_allowed, normalise, package_file,
                    register_loader, verify_sha256)
 
 FASHION_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
