@@ -14,7 +14,10 @@ The official code is ``zibinpan/FedLF`` (commit 7b6e0b7), ``gfedplat/algorithm/F
   whose clients run ``Client.cal_gradient_loss``, ``Client.py:175-203``; the update reading is
   commented out at ``FedLF.py:148-156``). The step w − ηd then has the code's learning rate
   η = ``server_lr`` (``FedLF.py:205-206``; the code's default 0.1, ``gfedplat/main.py:103``; the
-  paper's grid {0.01, 0.05, 0.1}), and the experiment's local training is not used.
+  paper's grid {0.01, 0.05, 0.1}), and the experiment's local training is not used. The gradient
+  is taken as the model trains (``ClientRuntime.gradients``, as the code's ``model.train()``,
+  ``Client.py:176``); Lᵢ is the eval-mode loss every method here sends, where the code sums the
+  training-mode losses of its gradient pass (``Client.py:188, 194``): the same without dropout.
 
 The default is the paper's: with it FedLF trains its clients as every other method of a comparison
 does (the same local epochs, batches and learning rate), so that the comparison is of the server
