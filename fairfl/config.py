@@ -42,6 +42,15 @@ from .validation import did_you_mean, option, validate_options
 # 6: a lone instance trains in a stack of two (a stack of one rounded otherwise, fairfl.engine).
 # 7: no stack of any size that rounds otherwise than a pair (a stack of three of a CNN did: the
 #    first convolution's weight gradient, fairfl.engine.exactness.size_is_exact).
+# A change that alters the results of some configs only does not bump it, so that every other
+# cached result is still read. A changed default reaches the key with the option's value (every
+# algorithm option is in the canonical form: FedHEAL's τ and β). A new option is written into the
+# key like any other, which changes its algorithm's every key: right where its default changes
+# what they compute (FedLF's message and lr_decay: its default now decays). Only a new option at
+# a default that computes what the code computed before may be left out at that default
+# (_ADDED_AFTER_V5), so that the earlier keys still name their results. A fix under unchanged
+# options raises Algorithm.revision for the options whose results it changes (FedNew's periodic
+# Hessian refresh, hessian_every > 1), which enters their keys only.
 CACHE_VERSION = 7
 DEVICES = "'auto', 'cpu', 'cuda' or 'cuda:N'"
 
@@ -207,8 +216,10 @@ class ExperimentConfig:
         counts: GPU kernels add in other orders than CPU ones, and over many rounds runs drift
         apart, so a CPU result is never returned for a CUDA run (nor the other way round); which
         GPU does not matter."""
-        blob = json.dumps({"cache_version": CACHE_VERSION, **self.to_dict(), "device": self.device_type},
-                          sort_keys=True, separators=(",", ":"))
+        content = {"cache_version": CACHE_VERSION, **self.to_dict(), "device": self.device_type}
+        if self.algorithm.revision():       # a fix that changed what these options compute (Algorithm.revision)
+            content["algorithm_revision"] = self.algorithm.revision()
+        blob = json.dumps(content, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def label(self) -> str:

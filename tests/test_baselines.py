@@ -6,7 +6,9 @@ Each paper-property test names, in its docstring, the broken variant of the code
 fail (each was checked by breaking the code)."""
 from __future__ import annotations
 
+import inspect
 import math
+import re
 
 import numpy as np
 import pytest
@@ -141,7 +143,7 @@ def test_fednl_compressed_learning_finishes(compressor, param):
 
 
 def test_projection_clips_eigenvalues_at_mu():
-    """[diag(−1, 0.5, 3)]₁ = diag(1, 1, 3); a matrix ⪰ μI is left alone (code utils.py:305-329). Broken
+    """[diag(−1, 0.5, 3)]₁ = diag(1, 1, 3); a matrix ⪰ μI is left alone (code utils.py:321-331). Broken
     variant caught: clipping |λ| instead of λ (a negative curvature flipped, not lifted to μ)."""
     torch.testing.assert_close(project(torch.diag(torch.tensor([-1.0, 0.5, 3.0], dtype=torch.float64)), 1.0),
                                torch.diag(torch.tensor([1.0, 1.0, 3.0], dtype=torch.float64)))
@@ -259,6 +261,47 @@ def test_fednew_conjugate_gradients_equal_the_direct_solve():
         torch.testing.assert_close(a, b, rtol=0, atol=1e-8)
 
 
+def test_fednew_refreshes_its_hessian_on_the_codes_rounds():
+    """r = 3, 9 rounds: a client takes its Hessian at rounds 0, 2, 5 and 8 (0-based), at that round's
+    global model — the code's iterations i = 1 and rem(i, r) = 0 with i = round + 1
+    (newton_ADMM_periodic_Hk.m:52) — and solves with the one from its last refresh in between.
+    Broken variant caught: refreshing where round % r == 0 (rounds 0, 3, 6), one round late."""
+    q = quadratics()
+    algo = FedNew(rho=1.0, alpha=1e-3, hessian_every=3, hessian_mode="full")
+    refreshed, state, x = [], init_state(algo, X0, 3, None), X0.clone()
+    for t in range(9):
+        ctx = Context(round=t, rounds=9, params=x, num_clients=3, num_sampled=3)
+        before = q.states.get(0)
+        agg = algo.aggregate(algo.client_update(ctx, algo.configure(ctx, state), q), state, ctx)
+        if before is None or not torch.equal(q.states[0].reference, before.reference):
+            refreshed.append(t)
+            torch.testing.assert_close(q.states[0].reference, x, rtol=0, atol=0)
+        state, x = agg.state, x - agg.direction
+    assert refreshed == [0, 2, 5, 8]
+
+
+def test_the_cache_key_changes_exactly_where_the_computation_did():
+    """Keys of the configs whose results are unchanged stay what they were before FedLF's message and
+    decay, FedHEAL's defaults and FedNew's refresh rounds (pinned: computed by the code before these
+    changes), so their cached results are still read; the others change, so no old result is read for
+    them: FedLF (its default now decays), FedHEAL() (now τ = 0.3, β = 0.4; τ = β = 0.5 is the old
+    default's key) and FedNew with r > 1 (Algorithm.revision). Broken variants caught: a new FedLF
+    option left out of the key at its default (the old key, an undecayed result), FedNew's fix without
+    a key change, a CACHE_VERSION bump (every pinned key changes)."""
+    keys = lambda algorithm: ADULT.replace(algorithm=algorithm).key()       # noqa: E731
+    assert keys({"name": "fedheal", "tau": 0.5, "beta": 0.5}) == "1a9de887baa4a555"
+    assert keys({"name": "fednew", "hessian_every": 0}) == "323c6a989506d2ee"
+    assert keys("fednew") == "b785e957f0ac088e"
+    assert keys({"name": "fednew", "hessian_every": 3}) != "0e90bacbff73b3bf"
+    assert keys("fedheal") != "1a9de887baa4a555"
+    assert "f4e1745ff91e3561" not in {keys("fedlf"), keys({"name": "fedlf", "lr_decay": 1.0}),
+                                      keys({"name": "fedlf", "message": "gradient"})}
+    for algorithm in ({"name": "fednew", "hessian_every": 3}, {"name": "fedlf", "lr_decay": 1.0}):
+        cfg = ADULT.replace(algorithm=algorithm)
+        back = ExperimentConfig.from_dict(cfg.to_dict())               # how a sweep sends a config to a worker
+        assert back == cfg and back.key() == cfg.key()
+
+
 def test_conjugate_gradients_stop_at_negative_curvature():
     A = torch.diag(torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64)).unsqueeze(0)
     b = torch.ones(1, 3, dtype=torch.float64)
@@ -353,6 +396,33 @@ def test_fedheal_distance_sums_per_tensor_norms():
     slices (3,), (4,) give 7 where one global norm gives 5. Broken variant caught: one global norm."""
     assert float(layer_distance(torch.tensor([[3.0, 4.0, 0.0]]), ParamLayout(("w", "b"), ((2,), (1,))))[0]) == 5.0
     assert float(layer_distance(torch.tensor([[3.0, 4.0]]), ParamLayout(("w", "b"), ((1,), (1,))))[0]) == 7.0
+
+
+def test_fedheal_defaults_are_its_codes_threshold_and_momentum():
+    """FedHEAL() takes the authors' τ = 0.3 and β = 0.4 (FedHEAL's main.py:52-53), not τ = β = 0.5 (a
+    reading of DQN-Fed App. H's line, which is FedFV's Table 1 entry for FedFa). A coordinate whose
+    sign agreed with 1 of its 3 past rounds (c = 1/3) is kept (masked at τ = 0.5); D = (1, 3) from
+    P = (½, ½) weighs the clients (3/7, 4/7) ((0.41667, 0.58333) at β = 0.5). Broken variant caught:
+    the old defaults."""
+    algo = FedHEAL()
+    signs = [1.0, -1.0, -1.0, 1.0]
+
+    class Fixed(Quadratics):
+        def train(self, ids, params, local, **kw):
+            return ClientUpdates(np.asarray(ids), torch.tensor([[signs[self.round]]]), torch.ones(1))
+    clients = Fixed(torch.ones(1, 1, 1), torch.zeros(1, 1))
+    state = algo.init(torch.zeros(1), 1)
+    for t in range(4):
+        clients.round = t
+        ctx = Context(round=t, params=torch.zeros(1), num_clients=1, num_sampled=1)
+        reports = algo.client_update(ctx, algo.configure(ctx, state), clients)
+        state = algo.aggregate(reports, state, ctx).state
+    assert abs(float(clients.states[0].history[0]) - 0.5) < 1e-12 and reports.extras["heal_mask"].tolist() == [[1.0]]
+    two = algo.aggregate(_heal_reports(torch.ones(2, 1, dtype=torch.float64), torch.ones(2, 1, dtype=torch.float64),
+                                       torch.tensor([1.0, 3.0], dtype=torch.float64)), algo.init(torch.zeros(1), 2),
+                         Context())
+    torch.testing.assert_close(two.weights, torch.tensor([3 / 7, 4 / 7], dtype=torch.float64))
+    assert make_algorithm("fedheal") == FedHEAL(tau=0.3, beta=0.4)
 
 
 def test_fedheal_keeps_each_clients_history_on_the_client():
@@ -467,6 +537,54 @@ def test_fedlf_with_one_client_is_its_update():
     torch.testing.assert_close(d, g[0])
 
 
+def test_fedlf_gradient_message_is_the_full_batch_gradient_at_the_global_model():
+    """message='gradient' (the released code: Client.cal_gradient_loss, no local training): each client
+    sends ∇Fᵢ(w) and Fᵢ(w) at the global model w (the quadratics' runtime has no ``train``: a client
+    that trained would fail), and the server steps η·γᵗ·d with the code's per-round decay of its one
+    learning rate (Algorithm.py:130-133), from γ⁰ at round 0. Broken variants caught: the local update
+    sent, the decay one round early (γᵗ⁺¹) or left out."""
+    q = quadratics(n=3, d=4)
+    algo = FedLF(message="gradient", server_lr=0.1, lr_decay=0.5)
+    w = torch.tensor([0.3, -1.0, 2.0, 0.5], dtype=torch.float64)
+    ctx = Context(round=0, rounds=3, params=w, num_clients=3, num_sampled=3)
+    plan = algo.configure(ctx, algo.init(w, 3))
+    reports = algo.client_update(ctx, plan, q)
+    torch.testing.assert_close(reports.updates, q.gradients(w, range(3)))
+    torch.testing.assert_close(reports.loss_before, q.losses(w, range(3)))
+    opt = algo.server_optimizer()
+    lrs = [opt.update(torch.ones(4), opt.init(w), t, 3)[2]["lr"] for t in range(3)]
+    assert lrs == [0.1, 0.05, 0.025]
+
+
+def test_fedlf_update_message_decays_the_clients_learning_rate():
+    """message='update' (the paper's Algorithm 1): the paper's one learning rate η trains the clients
+    and steps the server on (w − wᵢ)/η, so the server's η cancels and what its per-round decay
+    (0.999, §4) changes is the clients' rate: local.lr·γᵗ in round t, the server step left at
+    server_lr. Broken variants caught: the decay on the server step, or one round early."""
+    local = LocalTraining(epochs=1, batch_size=None, lr=0.1)
+    algo = FedLF()
+    assert algo.lr_decay == 0.999 and algo.message == "update"
+    for t in (0, 1, 7):
+        plan = algo.configure(Context(round=t, local=local, num_clients=2, num_sampled=2), None)
+        assert plan.local.lr == 0.1 * 0.999 ** t and plan.local.batch_size is None
+    opt = algo.server_optimizer()
+    assert [opt.update(torch.ones(2), None, t, 10)[2]["lr"] for t in (0, 5)] == [1.0, 1.0]
+    assert FedLF(lr_decay=1.0).configure(Context(round=7, local=local), None).local == local
+
+
+def test_fedlf_decay_reaches_the_clients_from_the_second_round_on_adult():
+    """On Adult, FedLF() and FedLF(lr_decay=1) train the same first round (γ⁰ = 1) and differ from the
+    second on (γ = 0.5 to make it visible); message='gradient' runs without local training, its
+    training loss falling. Broken variant caught: the decayed plan not reaching the clients' training."""
+    from fairfl.loop import simulate
+    plain = simulate(ADULT.replace(algorithm={"name": "fedlf", "lr_decay": 1.0}), progress=False)
+    decayed = simulate(ADULT.replace(algorithm={"name": "fedlf", "lr_decay": 0.5}), progress=False)
+    assert plain.train_loss[:2] == decayed.train_loss[:2] and plain.train_loss[2] != decayed.train_loss[2]
+    gradient = simulate(ADULT.replace(algorithm={"name": "fedlf", "message": "gradient", "server_lr": 0.5}),
+                        progress=False)
+    assert gradient.train_loss[-1] < gradient.train_loss[0] and gradient.round_lr[:2] == [0.5, 0.5 * 0.999]
+
+
 def test_fedlf_rule_keeps_the_absent_clients_updates():
     algo = FedLF()
     state = algo.init(torch.zeros(4, dtype=torch.float64), 4)
@@ -475,6 +593,53 @@ def test_fedlf_rule_keeps_the_absent_clients_updates():
     agg = algo.aggregate(r, state, Context(round=0, layout=layout))
     assert agg.state.last_round.tolist() == [0, 0, -1, -1] and torch.equal(agg.state.last_update[:2], G_CONFLICT)
     assert agg.info["layers"] == 2
+
+
+# ----------------------------------------------------------------------------- citations of the authors' code
+
+# The files each module cites, in the commit its docstring names, with their lengths in lines (counted
+# on those commits; the files themselves are not copied here). FedHEAL's module also cites the FedLF
+# code's FedFa defaults.
+FEDLF_CODE = {"gfedplat/algorithm/FedLF/FedLF.py": 232, "gfedplat/Algorithm.py": 343, "gfedplat/Client.py": 314,
+              "gfedplat/main.py": 195, "gfedplat/Module.py": 191}
+AUTHORS_CODE = {
+    "fedlf": (("zibinpan/FedLF", "7b6e0b7"), FEDLF_CODE),
+    "fedheal": (("yuhangchen0/FedHEAL", "770e094"),
+                {"main.py": 103, "models/utils/federated_model.py": 219, "models/fedavgheal.py": 79,
+                 "utils/args.py": 38, "utils/best_args.py": 28, "gfedplat/main.py": FEDLF_CODE["gfedplat/main.py"]}),
+    "fednl": (("Rustem-Islamov/FedNL-Public", "ac72ee9"), {"methods.py": 1947, "utils.py": 580}),
+    "fednew": (("aelgabli/FedNew", "459c0b2"),
+               {"newton_ADMM.m": 125, "newton_ADMM_Hk.m": 125, "newton_ADMM_periodic_Hk.m": 125}),
+}
+CITATION = re.compile(r"(?:([\w./]+\.(?:py|m))|(?<=``)):(\d+(?:[-–]\d+)?(?:, \d+(?:[-–]\d+)?)*)")
+
+
+def citations(source: str):
+    """(file, first line, last line) of every ``file:lines`` in ``source``; a bare ``:lines`` in
+    double backticks continues the file cited before it."""
+    current = None
+    for match in CITATION.finditer(source):
+        current = match.group(1) or current
+        for part in match.group(2).split(", "):
+            first, _, last = part.replace("–", "-").partition("-")
+            yield current, int(first), int(last or first)
+
+
+@pytest.mark.parametrize("module", list(AUTHORS_CODE))
+def test_citations_of_the_authors_code_point_at_lines_that_exist(module):
+    """Every file:line the module cites (docstrings and comments) names a file of the authors' code
+    at the commit the module names, and lines within it. Broken variant caught: FedHEAL citing
+    ``utils/args.py:52-53`` for --threshold and --beta (a file of 38 lines; they are main.py:52-53)."""
+    import importlib
+    source = inspect.getsource(importlib.import_module(f"fairfl.algorithms.{module}"))
+    (repo, commit), files = AUTHORS_CODE[module]
+    assert f"``{repo}``" in source and commit in source
+    found = list(citations(source))
+    assert len(found) >= 8
+    for name, first, last in found:
+        matches = [f for f in files if f == name] or [f for f in files if f.endswith("/" + name)]
+        assert len(matches) == 1, f"{module} cites {name}: not one file of {repo}@{commit}"
+        assert 1 <= first <= last <= files[matches[0]], f"{module} cites {name}:{first}-{last}, past its end"
 
 
 # ----------------------------------------------------------------------------- degenerate inputs

@@ -47,11 +47,14 @@ ALGORITHMS = {
     "afl": {"name": "afl", "lr_lambda": 0.5},
     "term": {"name": "term", "t": 2.0},
     "ditto": {"name": "ditto", "lam": 0.5},
-    # DQN-Fed's baselines: FedHEAL keeps its masks on the clients, FedLF reads the layout, FedNew
-    # sends each client its dual (ρ large enough for this MLP's conjugate-gradient reading), FedNL
-    # learns each client's diagonal Hessian on the client (μ as notebook 04's, on a Hessian subsample)
+    # DQN-Fed's baselines: FedHEAL keeps its masks on the clients, FedLF reads the layout (its clients
+    # train at the round's decayed rate, sent with the plan, or, as its code does, send their
+    # full-batch gradients at the global model), FedNew sends each client its dual (ρ large enough for
+    # this MLP's conjugate-gradient reading), FedNL learns each client's diagonal Hessian on the client
+    # (μ as notebook 04's, on a Hessian subsample)
     "fedheal": "fedheal",
-    "fedlf": "fedlf",
+    "fedlf": {"name": "fedlf", "lr_decay": 0.5},
+    "fedlf_gradient": {"name": "fedlf", "message": "gradient", "server_lr": 0.1},
     "fednew": {"name": "fednew", "rho": 100.0},
     "fednl": {"name": "fednl", "mu": 10.0, "hessian_batch": 20},
 }

@@ -17,7 +17,6 @@
 | ditto          | Li et al. 2021 (Ditto), Algorithm 1      | ditto     |
 | fedlf          | Pan et al. 2024 (FedLF), Algorithm 1     | fedlf     |
 | fedheal        | Chen et al. 2024 (FedHEAL), FPHL + FAEL  | fedheal   |
-| fedheal_official | FedHEAL with its code's τ, β           | fedheal   |
 | fednl          | Safaryan et al. 2022 (FedNL), Alg. 1     | fednl     |
 | fednew         | Elgabli et al. 2022 (FedNew)             | fednew    |
 

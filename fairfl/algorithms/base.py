@@ -287,6 +287,13 @@ class Algorithm:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **self.options()}
 
+    def revision(self) -> int:
+        """How many fixes since CACHE_VERSION 7 changed what *these* options compute (0: none; the
+        default). A config's key holds it where it is not 0 (``ExperimentConfig.key``): a fix then
+        reaches the keys of the configs it changes and no others, where a CACHE_VERSION bump would drop
+        every cached result. Not an option: the canonical form (``to_dict``) is unchanged."""
+        return 0
+
     def label(self) -> str:
         """``name(option=value, …)`` with the options that differ from their defaults."""
         changed = [f"{f.name}={getattr(self, f.name):g}" if isinstance(getattr(self, f.name), float)

@@ -1,13 +1,13 @@
 """FedHEAL (Chen, Huang & Ye, "Fair Federated Learning under Domain Skew with Local Consistency and
-Domain Diversity", CVPR 2024), a fair first-order baseline of DQN-Fed (Tables 1 and 3; App. H:
-(α, β) = (0.5, 0.5), (γ_s, γ_c) = (0.5, 0.9)).
+Domain Diversity", CVPR 2024), a fair first-order baseline of DQN-Fed (Tables 1 and 3).
 
 The paper's body was not available to us: every equation below is the official code's
 (``yuhangchen0/FedHEAL``, commit 770e094), cited by file and line.
 
 Client side — FPHL, the consistency mask (``models/utils/federated_model.py:191-214``). Client i
 keeps hᵢ ∈ [0, 1]^d, the share of its past rounds in which each coordinate of its update was
-≥ 0, and nᵢ, its number of past rounds. With gᵢ = w − wᵢ after the usual local training:
+≥ 0, and nᵢ, its number of past rounds. With gᵢ = w − wᵢ after the usual local training
+(``models/fedavgheal.py:45``):
 
     nᵢ = 0:  Mᵢ = 1
     else:    cᵢ[j] = hᵢ[j] if gᵢ[j] ≥ 0 else 1 − hᵢ[j]       (share of past rounds with this sign)
@@ -31,12 +31,18 @@ Choice: Σ D runs over this round's clients S, where the code sums over every cl
 left out (Δₖ ← (1 − β)Δₖ). The code has no server learning rate (η = 1, the default of the
 :class:`ServerStep` options here).
 
-DQN-Fed's letters are not FedHEAL's: the code has two hyper-parameters, ``--threshold`` τ = 0.3
-and ``--beta`` β = 0.4 (``utils/args.py:52-53``); its ``--alpha`` 0.5 is the Dirichlet α of the
-split. We read DQN-Fed's β = 0.5 as FAEL's β and γ_s = 0.5 as τ (a guess: no source names it);
-``fedheal_official`` has the code's τ = 0.3, β = 0.4. The code's local SGD has momentum 0.9 and
-weight decay 1e-5 (``models/fedavgheal.py:62``): set them in the experiment's ``local``, which
-every algorithm shares.
+**Defaults: the authors' τ = 0.3 and β = 0.4**, the code's two hyper-parameters (``main.py:52-53``:
+``--threshold`` 0.3, ``--beta`` 0.4; ``utils/best_args.py`` overrides neither, and its ``--alpha``
+0.5, ``main.py:46``, is the Dirichlet α of the data split). DQN-Fed's App. H gives for FedHEAL
+"(α, β) = {(0.5, 0.5)}, (γ_s, γ_c) = {(0.5, 0.9)}" (DQN-Fed, App. H, the line "FedHEAL"): that
+is FedFV's Table 1 entry for FedFa (Huang et al. 2020), "(α, β) ∈ {(0.5, 0.5)}, (γ_s, γ_c) ∈
+{(0.5, 0.9)}", word for word but for ∈ written =; FedFa's β and γ, not FedHEAL's (the FedLF
+code's FedFa has the same defaults, ``gfedplat/main.py:113-116`` of ``zibinpan/FedLF``). No
+FedHEAL quantity is named α, γ_s or γ_c, so App. H's line is not a setting of FedHEAL and we do not
+read one from it (``FedHEAL(tau=0.5, beta=0.5)``, an earlier reading of it, is what this class
+computed by default before). The code's local SGD has momentum 0.9 and weight decay 1e-5
+(``models/fedavgheal.py:62``): set them in the experiment's ``local``, which every algorithm
+shares.
 """
 from __future__ import annotations
 
@@ -104,8 +110,9 @@ class FedHEAL(ServerStep, Algorithm):
     name = "fedheal"
     State = FedHEALState
     ClientState = FedHEALClient
-    tau: float = option(0.5, low=-1.0, high=1.0, doc="consistency threshold τ (code --threshold); < 0: no mask")
-    beta: float = option(0.5, low=0.0, high=1.0, doc="FAEL momentum β (code --beta)")
+    tau: float = option(0.3, low=-1.0, high=1.0,
+                        doc="consistency threshold τ (the code's --threshold, main.py:52); < 0: no mask")
+    beta: float = option(0.4, low=0.0, high=1.0, doc="FAEL momentum β (the code's --beta, main.py:53)")
 
     def init(self, params: torch.Tensor, num_clients: int, layout: ParamLayout | None = None) -> FedHEALState:
         return FedHEALState(torch.full((num_clients,), float("nan"), dtype=torch.float64),
@@ -141,12 +148,3 @@ class FedHEAL(ServerStep, Algorithm):
         return Aggregate(direction.to(reports.updates.dtype), FedHEALState(P, delta), info,
                          weights=p.to(reports.updates.dtype))
 
-
-@register
-@dataclass(frozen=True)
-class FedHEALOfficial(FedHEAL):
-    """FedHEAL with the official code's defaults (``utils/args.py:52-53``: τ = 0.3, β = 0.4)."""
-
-    name = "fedheal_official"
-    tau: float = option(0.3, low=-1.0, high=1.0, doc="consistency threshold τ (code --threshold)")
-    beta: float = option(0.4, low=0.0, high=1.0, doc="FAEL momentum β (code --beta)")

@@ -4,16 +4,21 @@ baseline of DQN-Fed (Tables 1–6; App. H gives no hyper-parameters for it).
 
 The Newton direction y = (H + αI)⁻¹ḡ solves the consensus problem
 min Σᵢ ½yᵢᵀ(Hᵢ + αI)yᵢ − gᵢᵀyᵢ s.t. yᵢ = y; FedNew runs *one* ADMM pass per round, its state
-warm-started across rounds (official MATLAB code ``aelgabli/FedNew``, ``newton_ADMM.m``). Round k:
+warm-started across rounds (official MATLAB code ``aelgabli/FedNew``, commit 459c0b2,
+``newton_ADMM.m``). Round k:
 
     client i:  yᵢᵏ = (Hᵢᵏ + (α + ρ)I)⁻¹ (gᵢᵏ − λᵢᵏ⁻¹ + ρ yᵏ⁻¹),   gᵢᵏ = ∇fᵢ(xᵏ);   sends yᵢᵏ only
+               (``newton_ADMM.m:48`` gᵢ, ``:56-63`` Hᵢ with α on its diagonal, ``:77`` the solve)
     server:    yᵏ = (1/n) Σᵢ (yᵢᵏ + λᵢᵏ⁻¹/ρ)      (``newton_ADMM.m:84``; = mean yᵢ while Σλᵢ = 0)
                xᵏ⁺¹ = xᵏ − η yᵏ                     (η = 1, ``newton_ADMM.m:98``; ``server_lr``)
                λᵢᵏ = λᵢᵏ⁻¹ + ρ (yᵢᵏ − yᵏ)            (``newton_ADMM.m:88-90``)
 
-Hessian refresh (``hessian_every``): 1 recomputes Hᵢ every round (``newton_ADMM_Hk.m``), 0 keeps the
-first one (``newton_ADMM.m:52-64``), r > 1 refreshes on every r-th round
-(``newton_ADMM_periodic_Hk.m:52``); a client takes its first at its first round.
+Hessian refresh (``hessian_every``): 1 recomputes Hᵢ every round (``newton_ADMM_Hk.m:52-64``, the
+``if`` commented out), 0 keeps the first one (``newton_ADMM.m:52-64``: ``if (i==1)``), r > 1
+refreshes on the code's rounds: ``newton_ADMM_periodic_Hk.m:52`` refreshes where
+``i==1 || rem(i,10)==0`` with i = 1, 2, … the iteration, i.e. on rounds k = i − 1 = 0, 9, 19, 29, …
+(0-based, as ``ctx.round``); here on round 0 and every round k with (k + 1) mod r = 0 (the code's
+r = 10 is hard-coded). A client also takes its first Hessian at its first round.
 
 **Two readings, chosen by d** (``hessian_mode="auto"``: ``"full"`` when d ≤ ``max_full_d``, 2000 by
 default, else ``"cg"``):
@@ -34,9 +39,9 @@ default, else ``"cg"``):
   return in Algorithm 7.1). With Hᵢ refreshed every r rounds the products are
   taken at the point of the last refresh, which the client keeps.
 
-Choices: the code's gᵢ and Hᵢ are *sums* over the client's samples and its L2 term is added on every
-worker (``newton_ADMM.m:48, 59, 104``); here fᵢ is the client's mean training loss, so ρ and α are on
-that scale (defaults ρ = 1, α = 1e-3; a grid ρ ∈ {0.01, 0.1, 1, 10}). **Partial participation**,
+Choices: the code's gᵢ and Hᵢ are *sums* over the client's samples (``newton_ADMM.m:48, 58-61``) and
+its L2 term λ is added on every worker (``:48`` λx, ``:56`` λI), while the objective counts it once
+(``:104``); here fᵢ is the client's mean training loss with no L2 term, so ρ and α are on that scale (defaults ρ = 1, α = 1e-3; a grid ρ ∈ {0.01, 0.1, 1, 10}). **Partial participation**,
 which the paper does not treat: only the round's clients solve and update λᵢ; the server keeps each
 client's last uᵢ = yᵢ + λᵢ/ρ and averages over all n (absent clients' stored uᵢ, 0 for a client never
 seen). λᵢ is kept by the server, which can mirror it exactly (it sees yᵢ and y), and handed to the
@@ -161,9 +166,16 @@ class FedNew(ServerStep, Algorithm):
         return replace(super().configure(ctx, state), extras={"y": state.y, "lam": state.lam})
 
     def _refresh(self, own: FedNewClient | None, round_: int) -> bool:
+        """Whether a client takes a fresh Hessian this round: at its first round, and on the code's
+        rounds (0-based k with (k + 1) mod r = 0: newton_ADMM_periodic_Hk.m:52's rem(i, 10) == 0, i = k + 1)."""
         if own is None:
             return True
-        return self.hessian_every > 0 and round_ % self.hessian_every == 0
+        return self.hessian_every > 0 and (round_ + 1) % self.hessian_every == 0
+
+    def revision(self) -> int:
+        # the periodic refresh moved one round earlier (onto the code's rounds) after results were cached:
+        # only r > 1 computes otherwise, so only its key changes (fairfl.config.ExperimentConfig.key)
+        return 1 if self.hessian_every > 1 else 0
 
     def client_update(self, ctx: Context, plan: RoundPlan, clients) -> ClientUpdates:
         ids, w = [int(k) for k in plan.clients], ctx.params

@@ -1,6 +1,7 @@
 """FedNL (Safaryan, Islamov, Qian & Richtárik, "FedNL: Making Newton-Type Methods Applicable to
 Federated Learning", ICML 2022), a second-order baseline of DQN-Fed (Tables 1–6; App. H gives no
-hyper-parameters for it).
+hyper-parameters for it). The authors' code is ``Rustem-Islamov/FedNL-Public`` (commit ac72ee9):
+``methods.py`` (class ``FedNL``), ``utils.py`` and ``Example notebook.ipynb``.
 
 Algorithm 1 (FedNL), round k, client i with its learned Hessian Hᵢᵏ (held by the client and,
 summed, by the server):
@@ -10,14 +11,20 @@ summed, by the server):
     server: ḡ = mean gᵢ;  Option 1: d = [Hᵏ]_μ⁻¹ ḡ;  Option 2: d = (Hᵏ + lᵏI)⁻¹ ḡ;  x ← x − η d;
             Hᵏ⁺¹ = Hᵏ + α mean Sᵢ
 
-with [A]_μ the projection onto {M ⪰ μI} (eigenvalues clipped at μ; code ``utils.py:305-329``). The
-step uses Hᵏ, from *before* this round's update (as the code's ``FedNL.method`` does). Compressors:
-``"rank"`` (the R eigenpairs of largest |eigenvalue|, by ``eigh``: symmetric by construction where
-the code's SVD returns VSUᵀ, ``utils.py:365-367``), ``"topk"`` (the K largest entries of the upper
-triangle, symmetrised, the diagonal counted once) and ``"identity"``. Defaults: the paper's and its
-notebook's — Rank-1, α = 1, Option 1, Hᵢ⁰ = ∇²fᵢ(x⁰) (``h_init="hessian"``), η = 1; μ = 1e-3 (the code
-projects at the L2 λ: a softmax model with no regulariser has a singular Hessian). Option 2 uses
-the Frobenius norm of the paper (the code's option 2 uses the spectral norm).
+with [A]_μ the projection onto {M ⪰ μI} (eigenvalues clipped at μ; code ``utils.py:321-331``,
+``pos_projection``, through ``semidef_projection``, ``:305-319``). The step uses Hᵏ, from *before*
+this round's update, as the code's ``FedNL.method`` does (``methods.py:725-739`` steps, then
+``:745-776`` learns). Compressors: ``"rank"`` (the R eigenpairs of largest |eigenvalue|, by ``eigh``:
+symmetric by construction where the code's ``Low_Rank`` sums R terms σᵣvᵣuᵣᵀ of an SVD,
+``utils.py:359-374``), ``"topk"`` (the K largest entries of the upper triangle, symmetrised, the
+diagonal counted once: ``TopK``, ``utils.py:333-356``) and ``"identity"``. Defaults: the paper's and
+its notebook's FedNL run (``Example notebook.ipynb``, the cell after "# FedNL": ``LowRank`` with
+``hes_comp_param=1``, ``init='nonzero'``, ``option=1``, ``upd_rule=2``, i.e. α = 1,
+``methods.py:752-755``) — Rank-1, α = 1, Option 1, Hᵢ⁰ = ∇²fᵢ(x⁰) (``h_init="hessian"``), η = 1;
+μ = 1e-3, the notebook's L2 λ (``lmb = 1e-3``), at which the code projects (``methods.py:727``,
+``pos_projection(H, lmb)``): a softmax model with no regulariser has a singular Hessian. Option 2
+uses the Frobenius norm of the paper (the code's option 2 uses the spectral norm,
+``methods.py:733``).
 
 **Two readings, chosen by d** (``hessian_mode="auto"``: ``"full"`` when d ≤ ``max_full_d``, 2000 by
 default, else ``"diag"``):
