@@ -89,7 +89,7 @@ def test_server_rules_and_messages_do_not_depend_on_client_training():
 
 def test_no_private_name_is_imported_from_another_module():
     bad = [(name, target, n) for name in MODULES for target, names in imports(name) for n in names
-           if n.startswith("_")]
+           if n.startswith("_") and not (n.startswith("__") and n.endswith("__"))]   # a dunder is public
     assert not bad, bad
 
 

