@@ -418,6 +418,18 @@ def partition_indices(ds: ArrayDataset, spec: PartitionSpec) -> list[np.ndarray]
     return parts
 
 
+def train_sizes(ds: ArrayDataset, spec: PartitionSpec) -> list[int]:
+    """Each client's number of training samples, as :func:`federate` gives them, without building
+    the clients' tensors (a count of local steps needs only these)."""
+    parts = partition_indices(ds, spec)
+    if spec.split is None:
+        fractions = (1 - spec.val_fraction, spec.val_fraction) if spec.val_fraction else (1.0,)
+    else:
+        fractions = spec.split
+    sizes = [len(split_in_order(np.arange(len(idx)), fractions)[0]) for idx in parts]
+    return [sum(sizes)] if spec.pooled else sizes
+
+
 def federate(ds: ArrayDataset, spec: PartitionSpec) -> FederatedData:
     """Partition ``ds`` and split every client's data, all seeded by ``spec.seed`` alone."""
     fed = _federate(ds, spec)

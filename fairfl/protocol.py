@@ -102,20 +102,23 @@ class Axis:
         object.__setattr__(self, "values", v)
 
 
-def latin_design(axes: Sequence[Axis], k: int, seed: int) -> list[dict[str, float]]:
+def latin_design(axes: Sequence[Axis], k: int, seed: int,
+                 allowed: Callable[[dict[str, float]], bool] | None = None) -> list[dict[str, float]]:
     """``k`` configurations of a grid, the same number for every method (an equal tuning budget):
     a Latin hypercube over the axes' values (McKay, Beckman, Conover 1979) — each axis's values
     are dealt to the k configurations in a random order, each value as often as the others
     (±1), so that every value of every knob is tried even where the full grid is far larger
     than k. Drawn from ``seed`` alone (declared with the grid); configurations that came out
-    equal are replaced by unused grid points. A grid with fewer than k points gives all of them;
-    no axes give the one empty configuration."""
+    equal, or that ``allowed`` refuses (a method's own check on a federation: Ditto's η·λ ≥ 2),
+    are replaced by unused allowed grid points drawn from the same seed. A grid with fewer than k
+    allowed points gives all of them; no axes give the one empty configuration."""
     if k < 1:
         raise ConfigError(f"a design needs at least one configuration, got k={k}")
     names = [a.name for a in axes]
     if len(set(names)) != len(names):
         raise ConfigError(f"axes named twice: {names}")
-    full = [dict(zip(names, p)) for p in itertools.product(*(a.values for a in axes))]
+    allowed = allowed or (lambda p: True)
+    full = [p for p in (dict(zip(names, p)) for p in itertools.product(*(a.values for a in axes))) if allowed(p)]
     if len(full) <= k:
         return full
     rng = np.random.default_rng(seed)
@@ -126,7 +129,7 @@ def latin_design(axes: Sequence[Axis], k: int, seed: int) -> list[dict[str, floa
     points: list[dict[str, float]] = []
     for row in zip(*columns):
         p = dict(zip(names, (float(x) for x in row)))
-        if p not in points:
+        if p not in points and p in full:
             points.append(p)
     spare = [p for p in (full[i] for i in rng.permutation(len(full))) if p not in points]
     return points + spare[:k - len(points)]

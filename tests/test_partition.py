@@ -413,4 +413,9 @@ def test_dirichlet_min_size_is_an_option_of_its_scheme_only_and_keeps_old_keys(f
     plain = ExperimentConfig(partition=PartitionSpec("dirichlet", num_clients=50, beta=0.5))
     assert "min_size" not in plain.to_dict()["partition"]
     sized = plain.replace(partition=spec)
+    # train_sizes counts what federate builds, without building it
+    from fairfl.partition import train_sizes
+    assert train_sizes(fmnist, spec) == [len(c.y_train) for c in fed.clients]
+    held_out = PartitionSpec("one_class", num_clients=3, classes=(0, 2, 6), split=None, val_fraction=0.1)
+    assert train_sizes(fmnist, held_out) == [len(c.y_train) for c in federate(fmnist, held_out).clients]
     assert sized.to_dict()["partition"]["min_size"] == 250 and ExperimentConfig.from_dict(sized.to_dict()) == sized

@@ -274,6 +274,12 @@ def test_every_method_gets_the_same_number_of_configurations_each_value_tried():
     assert latin_design(AXES, 3, seed=7) == latin_design(AXES, 3, seed=7)       # declared: one seed, one design
     assert latin_design(AXES[:1], 5, seed=0) == [{"q": 0.1}, {"q": 1.0}, {"q": 5.0}]   # a smaller grid: all of it
     assert latin_design([], 3, seed=0) == [{}]
+    # a configuration the method refuses is replaced by an allowed one: the budget stays k
+    drawn = latin_design(AXES, 3, seed=7)
+    refused = drawn[1]
+    design = latin_design(AXES, 3, seed=7, allowed=lambda p: p != refused)
+    assert len(design) == 3 and refused not in design and design[0] == drawn[0] and design[1] == drawn[2]
+    assert latin_design(AXES[:1], 3, seed=0, allowed=lambda p: p["q"] < 5) == [{"q": 0.1}, {"q": 1.0}]
     with pytest.raises(ConfigError, match="distinct and increasing"):
         Axis("q", (1.0, 0.1))
 
