@@ -2,6 +2,7 @@
 (a failed run never leaves a half-written figure)."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -487,7 +488,7 @@ def tradeoff_paths(grid, methods: Sequence[str], styles: Mapping[str, Mapping[st
             hit = g[[criterion in c for c in g["chosen"]]]
             ax.plot(hit[x], hit[y], linestyle="none", marker=marker, markersize=8, markerfacecolor="none",
                     markeredgecolor="0.15", markeredgewidth=0.8)
-        ax.set_title(m, pad=2)
+        ax.set_title("\n".join(textwrap.wrap(m, 18)), pad=2)       # a long name in two lines, within its panel
         _print_text(ax)
     for ax in axes.flat[len(shown):]:
         ax.set_axis_off()

@@ -118,21 +118,27 @@ def latin_design(axes: Sequence[Axis], k: int, seed: int,
     if len(set(names)) != len(names):
         raise ConfigError(f"axes named twice: {names}")
     allowed = allowed or (lambda p: True)
-    full = [p for p in (dict(zip(names, p)) for p in itertools.product(*(a.values for a in axes))) if allowed(p)]
+    full = [dict(zip(names, p)) for p in itertools.product(*(a.values for a in axes))]
     if len(full) <= k:
-        return full
+        return [p for p in full if allowed(p)]
     rng = np.random.default_rng(seed)
     columns = []
     for a in axes:
-        dealt = np.resize(np.asarray(a.values), k)          # each value ⌊k/n⌋ or ⌈k/n⌉ times
+        # each value ⌊k/n⌋ or ⌈k/n⌉ times (k < n: k different values, drawn at random)
+        dealt = np.resize(rng.permutation(np.asarray(a.values)), k)
         columns.append(rng.permutation(dealt))
     points: list[dict[str, float]] = []
     for row in zip(*columns):
         p = dict(zip(names, (float(x) for x in row)))
-        if p not in points and p in full:
+        if p not in points and allowed(p):
             points.append(p)
-    spare = [p for p in (full[i] for i in rng.permutation(len(full))) if p not in points]
-    return points + spare[:k - len(points)]
+    # the check is asked only of the points that may enter (it can be slow: a config's validation)
+    for i in rng.permutation(len(full)):
+        if len(points) == k:
+            break
+        if full[i] not in points and allowed(full[i]):
+            points.append(full[i])
+    return points
 
 
 def extension(axes: Sequence[Axis], point: Mapping[str, float]) -> dict[str, float] | None:
@@ -531,10 +537,13 @@ class Comparison:
             raise ConfigError(f"a margin must be a positive number of points, got {self.margin}")
 
     def describe(self) -> str:
-        better = "lower" if self.metric in LOWER_IS_BETTER else "higher"
+        """"FedFV lower σ than FedAvg", "DQN-Fed mean accuracy not lower than FedAvg's by more than 1"."""
+        name = {"mean": "mean accuracy", "std": "σ", "worst10": "worst-10 % accuracy",
+                "best10": "best-10 % accuracy"}[self.metric]
         if self.kind == "superiority":
-            return f"{self.method} {better} {self.metric} than {self.other}"
-        return f"{self.method} {self.metric} not worse than {self.other} by {self.margin:g}"
+            return f"{self.method} {'lower' if self.metric in LOWER_IS_BETTER else 'higher'} {name} than {self.other}"
+        worse = "higher" if self.metric in LOWER_IS_BETTER else "lower"
+        return f"{self.method} {name} not {worse} than {self.other}'s by more than {self.margin:g}"
 
 
 @dataclass(frozen=True)

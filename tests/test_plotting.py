@@ -249,7 +249,7 @@ def test_tradeoff_paths_keep_each_methods_style_and_mark_each_criterion(style):
                  ({"worst10", "mean-std"} if o == 1 else set())) for m in BENCH_METHODS for o in range(4)]
     fig = plotting.tradeoff_paths(pd.DataFrame(rows), BENCH_METHODS, styles, title="FMNIST, 100 shards")
     panels = [ax for ax in fig.axes if ax.axison]
-    assert [ax.get_title() for ax in panels] == BENCH_METHODS
+    assert [ax.get_title().replace("\n", " ") for ax in panels] == BENCH_METHODS
     for ax, m in zip(panels, BENCH_METHODS):
         from matplotlib.colors import to_hex
         path = ax.get_lines()[0]
@@ -258,6 +258,7 @@ def test_tradeoff_paths_keep_each_methods_style_and_mark_each_criterion(style):
         assert ringed == {"o": [69.0], "^": [63.0], "s": [63.0]}
     assert 0 <= panels[0].get_xlim()[0] and panels[0].get_xlim()[1] <= 100
     assert 0 <= panels[0].get_ylim()[0] and panels[0].get_ylim()[1] <= 50
+    assert not over_other_panels(fig), over_other_panels(fig)      # "DQN-Fed (Thm 4.2 safeguard)" reached its neighbour
     assert not overlapping(fig), overlapping(fig)
     assert not cut_off(fig), cut_off(fig)
     assert not _texts_at_least(fig, plotting.PRINT_TEXT)

@@ -92,8 +92,8 @@ class FedAvgFT(FedAvg):
     al. 2019, "Federated Evaluation of On-device Personalization"; the "FedAvg-FT" of pFL-Bench,
     Chen et al. 2022): training is FedAvg's, bit for bit; at each evaluation every client
     fine-tunes the global model on its own training data for ``finetune_epochs`` epochs of the
-    experiment's local SGD (its own batch stream, :data:`fairfl.seeding.FINETUNE`) and is scored
-    at that personal model. The fine-tuned models are not kept: the next evaluation starts again
+    experiment's local SGD (of K steps each where the experiment trains K local steps a round; its
+    own batch stream, :data:`fairfl.seeding.FINETUNE`) and is scored at that personal model. The fine-tuned models are not kept: the next evaluation starts again
     from the global model."""
 
     name = "fedavg_ft"
@@ -102,7 +102,9 @@ class FedAvgFT(FedAvg):
 
     def evaluate(self, ctx: Context, state: Any, clients) -> Any:
         n = clients.num_clients
-        local = replace(ctx.local, epochs=self.finetune_epochs, steps=None, prox_mu=0.0)
+        # an experiment that trains K local steps a round (LocalTraining.steps) fine-tunes for K steps an epoch
+        steps = None if ctx.local.steps is None else ctx.local.steps * self.finetune_epochs
+        local = replace(ctx.local, epochs=self.finetune_epochs, steps=steps, prox_mu=0.0)
         start = self.eval_params(state, ctx.params)
         tuned = clients.train_from(list(range(n)), start.unsqueeze(0).repeat(n, 1), local, purpose=FINETUNE)
         return clients.evaluate_each(list(tuned))
