@@ -72,7 +72,7 @@ def test_jupyter_servers_load_and_save_leave_the_stored_notebook_unchanged(path,
 @pytest.fixture(scope="module")
 def smoke06(tmp_path_factory):
     """Notebook 06 executed in its smoke profile, as `fairfl reproduce` runs it, into a fresh results and figures
-    folder: {"figures": its figures folder, "claims": its claims.json}."""
+    folder: {"figures": its figures folder, "out": the folder of the executed notebook and its claims.json}."""
     import os
     import subprocess
     import sys
