@@ -175,8 +175,9 @@ def final_vs(series: dict[str, dict[Any, Sequence[float]]], ax=None, xlabel: str
 
 def accuracy_vs_fairness(table, x: str = "mean", y: str = "worst10", ax=None, xlabel: str = "", ylabel: str = "",
                          off_front: Sequence[str] = ()):
-    """One point per method: metric ``y`` against metric ``x`` of a :func:`fairfl.protocol.compare`
-    table (one row per method and metric, with ``mean``, ``low``, ``high``), with the seed intervals
+    """One point per method: metric ``y`` against metric ``x`` of a :func:`fairfl.protocol.summary`
+    table of one federation, track and criterion (one row per method and metric, with ``mean``,
+    ``low``, ``high``), with the seed intervals
     as error bars in both directions and the Pareto front of the means drawn through its members (a
     dashed line), which are named beside their points; the first ten methods are circles, the next
     squares, with :func:`series_style`'s colours. σ ("std") is better lower, every other metric higher.
