@@ -89,6 +89,21 @@ class Claims:
         print(f"[{status}] {claim}: {evidence}")
         return v
 
+    def record(self, claim: str, verdict: str, evidence: str) -> Verdict:
+        """Record a claim whose verdict comes from a statistical test, not from a pass or a fail:
+        notebook 06's ``supported`` / ``contradicted`` / ``inconclusive`` / ``not judged``
+        (``fairfl.protocol.judge``), each a result to report whatever it is, so none of them
+        stops the notebook (:meth:`finish` raises only for :meth:`check`'s FAILED and stale
+        claims). In smoke, or with overridden parameters, it is recorded as not checked."""
+        if verdict in (FAILED, STALE) or not verdict.strip():
+            raise ValueError(f"claim {claim!r}: {verdict!r} is not a recorded verdict; use check() for pass / fail")
+        status = (NOT_CHECKED if self.profile not in CHECKED_PROFILES else OVERRIDDEN if self.overridden
+                  else verdict)
+        v = Verdict(claim, status, evidence)
+        self.verdicts.append(v)
+        print(f"[{status}] {claim}: {evidence}")
+        return v
+
     def finish(self) -> None:
         """Print the table, write ``$FAIRFL_CLAIMS_FILE``, and raise if any claim FAILED or is
         stale."""

@@ -416,10 +416,52 @@ def _keep_partial(partial: Path, failed: Path) -> None:
         os.replace(partial, failed)
 
 
+def _show_tables(paths: list[str], where: list[str], fmt: str) -> int:
+    """``fairfl results FILE.csv …``: the rows of tables a notebook wrote (``fairfl.protocol.write_table``),
+    each after its kind, schema and protocol version, selected by ``--where COLUMN=VALUE``."""
+    import json as _json
+
+    from .errors import ConfigError
+    from .protocol import read_table
+    for path in paths:
+        frame = read_table(path)
+        for item in where:
+            key, eq, value = item.partition("=")
+            if not eq:
+                raise ConfigError(f"--where {item!r}: write it as COLUMN=VALUE")
+            if key not in frame.columns:
+                raise ConfigError(f"--where {key}: {path} has no column {key!r}; it has {', '.join(frame.columns)}")
+            column = frame[key]
+            try:
+                keep = column.astype(float) == float(value)
+            except (TypeError, ValueError):
+                keep = column.astype(str) == value
+            frame = frame[keep]
+        a = frame.attrs
+        if fmt == "json":
+            print(_json.dumps({"file": str(path), "table": a["kind"], "schema": a["schema"], "protocol": a["protocol"],
+                               "rows": _json.loads(frame.to_json(orient="records"))}, indent=1))
+        elif fmt == "csv":
+            print(f"# fairfl table={a['kind']} schema={a['schema']} protocol={a['protocol']}")
+            print(frame.to_csv(index=False), end="")
+        else:
+            print(f"{path}: table={a['kind']} schema={a['schema']} protocol={a['protocol']}, {len(frame)} rows")
+            print(frame.to_string(index=False) if len(frame) else "(no row matches)")
+    return 0
+
+
 def _cmd_results(args) -> int:
     from .errors import ConfigError
     from .index import format_table, human_size, prune, rows, scan
     from .paths import results_root
+    # files given after --where (which takes several values) are tables too
+    tables = list(args.tables or []) + [w for w in args.where or [] if "=" not in w and Path(w).is_file()]
+    args.where = [w for w in args.where or [] if w not in tables]
+    if tables:
+        if args.prune or args.root:
+            from .errors import ConfigError
+            raise ConfigError("--prune and --root apply to the run cache, not to CSV tables")
+        return _show_tables(tables, args.where, args.format)
     root = Path(args.root) if args.root else results_root()
     if root.exists() and not root.is_dir():
         raise ConfigError(f"--root {root} is a file, not a results folder")
@@ -544,7 +586,11 @@ def main(argv: list[str] | None = None) -> int:
                                       "else a local Ray instance)")
     rp.set_defaults(fn=_cmd_reproduce)
 
-    rs = sub.add_parser("results", help="the index of cached runs: settings, rounds done, final metrics, size")
+    rs = sub.add_parser("results", help="the index of cached runs: settings, rounds done, final metrics, size; "
+                                        "or the rows of CSV tables a notebook wrote")
+    rs.add_argument("tables", nargs="*", metavar="FILE",
+                    help="CSV tables a notebook wrote (e.g. figures/06_one_protocol.csv): their rows, after their "
+                         "kind, schema and protocol version; --where COLUMN=VALUE selects rows")
     rs.add_argument("--where", nargs="+", action="extend", metavar="KEY=VALUE",
                     help="only entries with these settings, e.g. --where algorithm=fedmgda_plus eps=0.1 local.lr=0.01 "
                          "(dotted config paths, or their last part where unambiguous)")

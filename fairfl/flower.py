@@ -507,6 +507,14 @@ def run_simulation(*configs: ExperimentConfig, num_cpus: int | None = None, clie
         if c.track_validation:
             raise ConfigError(f"{c.label()}: track_validation=True, but Flower's evaluation does not carry the "
                               "validation scores yet; run it with fairfl.simulate / fairfl.sweep")
+        algorithm = c.algorithm
+        kept = dataclasses.is_dataclass(algorithm.ClientState) and any(
+            f.name == "personal" for f in dataclasses.fields(algorithm.ClientState))
+        if algorithm.personal and not kept:
+            # a node scores a personalised algorithm at the model it keeps (ClientState.personal, Ditto's);
+            # one that makes its personal models at evaluation (FedAvg-FT's fine-tuning) has none to score
+            raise ConfigError(f"{c.label()}: {algorithm.name} makes each client's model when it is evaluated, which "
+                              "the Flower nodes do not do; run it with fairfl.simulate / fairfl.sweep")
         if c.partition.federation_size != first.partition.federation_size:
             raise ConfigError(f"one Flower simulation has one node per client: every config needs the same number "
                               f"of clients ({first.label()}: {first.partition.federation_size}, "

@@ -268,7 +268,11 @@ class PartitionSpec:
 
     ``val_fraction`` (with ``split=None`` only) holds that share of each client's training rows out
     as its validation split, drawn with ``seed``, while the test stays the standard test file's:
-    the papers' settings with a validation split to tune on (notebook 06)."""
+    the papers' settings with a validation split to tune on (notebook 06).
+
+    ``min_size`` (``dirichlet`` only) redraws the Dirichlet proportions until every client holds
+    at least that many samples (:func:`dirichlet`), so that each client's split has a test set
+    worth scoring (notebook 06: 50 clients of at least 250 samples, at least 50 of them for test)."""
 
     scheme: str = option("iid", choices=SCHEMES)
     num_clients: int = option(100, low=1)
@@ -284,6 +288,7 @@ class PartitionSpec:
     reading: str = option("true", choices=READINGS, doc="'official-code': Adult's rows as FedMGDA+'s code reads them")
     val_fraction: float = option(0.0, low=0.0, high=1.0, high_open=True,
                                  doc="with split=None: the share of each client's training rows held out for validation")
+    min_size: int = option(1, low=1, doc="dirichlet: redrawn until every client holds at least this many samples")
 
     def __post_init__(self) -> None:
         validate_options(self, "partition")
@@ -325,6 +330,9 @@ class PartitionSpec:
                               "'attribute' partition, which fixes each client's training share (80 %) and tests on the "
                               f"standard test file: it needs scheme='attribute', split=None and pooled=False (got "
                               f"scheme={self.scheme!r}, split={self.split!r}, pooled={self.pooled})")
+        if self.min_size != 1 and self.scheme != "dirichlet":
+            raise ConfigError(f"partition: min_size={self.min_size} applies to scheme 'dirichlet' (redrawn until every "
+                              f"client holds that many samples), not {self.scheme!r}")
         if self.samples_per_client is not None and self.scheme not in ("iid", "label_limited"):
             raise ConfigError(f"partition: samples_per_client applies to schemes 'iid' and 'label_limited', "
                               f"not {self.scheme!r}")
@@ -393,7 +401,7 @@ def partition_indices(ds: ArrayDataset, spec: PartitionSpec) -> list[np.ndarray]
     if spec.scheme == "shards":
         return label_shards(labels, spec.num_clients, spec.shards_per_client, rng)
     if spec.scheme == "dirichlet":
-        return dirichlet(labels, spec.num_clients, spec.beta, rng)
+        return dirichlet(labels, spec.num_clients, spec.beta, rng, min_size=spec.min_size)
     if spec.scheme == "one_class":
         return one_class_per_client(labels, spec.classes)
     if spec.scheme == "natural":
@@ -408,6 +416,18 @@ def partition_indices(ds: ArrayDataset, spec: PartitionSpec) -> list[np.ndarray]
             raise ConfigError(f"partition reading 'official-code' is defined for Adult only, not {ds.name!r}")
         return as_in_fedmgda_code(parts, len(ds.groups_train))
     return parts
+
+
+def train_sizes(ds: ArrayDataset, spec: PartitionSpec) -> list[int]:
+    """Each client's number of training samples, as :func:`federate` gives them, without building
+    the clients' tensors (a count of local steps needs only these)."""
+    parts = partition_indices(ds, spec)
+    if spec.split is None:
+        fractions = (1 - spec.val_fraction, spec.val_fraction) if spec.val_fraction else (1.0,)
+    else:
+        fractions = spec.split
+    sizes = [len(split_in_order(np.arange(len(idx)), fractions)[0]) for idx in parts]
+    return [sum(sizes)] if spec.pooled else sizes
 
 
 def federate(ds: ArrayDataset, spec: PartitionSpec) -> FederatedData:

@@ -32,10 +32,12 @@ in the PNG. The pieces any notebook or script uses to draw a figure of its own i
 """
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import matplotlib
+import matplotlib.lines
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import LogFormatter, MaxNLocator
@@ -105,17 +107,28 @@ def figure(rows: int = 1, cols: int = 1, width: float = TWO_COLUMNS, height: flo
     return plt.subplots(rows, cols, figsize=(width, height), layout="constrained", **subplots)
 
 
-def method_styles(names: Sequence[str], reference: str | None = None) -> dict[str, dict[str, str]]:
+def method_styles(names: Sequence[str], reference: str | None = None,
+                  labelled: bool = False) -> dict[str, dict[str, str]]:
     """{name: {"color", "marker"}}: one colour and one marker per method, in the order given, the
     ``reference`` method in black. Made once per notebook and passed to each of its figures, a
     method looks the same in all of them. More methods than the palette's colours raise: repeated
-    colours would make two methods one; draw them as small multiples (``method_panels``)."""
+    colours would make two methods one; draw them as small multiples (``method_panels``). Where a
+    figure names every method beside its marks (a forest plot's rows, a panel per method:
+    ``labelled=True``), colour is not the only key and past the palette the colours repeat with
+    the next marker, no two methods sharing both."""
     names = list(names)
     if len(set(names)) != len(names):
         raise ConfigError(f"method_styles: a name is given twice in {names}")
     if reference is not None and reference not in names:
         raise ConfigError(f"method_styles: the reference {reference!r} is not among {names}")
     others = [n for n in names if n != reference]
+    if labelled:
+        if len(others) > len(PALETTE) * len(MARKERS):
+            raise ConfigError(f"method_styles: {len(others)} methods but {len(PALETTE) * len(MARKERS)} pairs of a "
+                              "colour and a marker")
+        pairs = iter((PALETTE[i % len(PALETTE)], MARKERS[(i // len(PALETTE) + i) % len(MARKERS)])
+                     for i in range(len(others)))
+        return {n: dict(REFERENCE) if n == reference else dict(zip(("color", "marker"), next(pairs))) for n in names}
     if len(others) > len(PALETTE):
         raise ConfigError(f"method_styles: {len(others)} methods but {len(PALETTE)} colour-blind-safe colours "
                           f"({', '.join(others)}): draw them as small multiples (plotting.method_panels), "
@@ -358,12 +371,6 @@ def partitions(counts: dict[str, np.ndarray], class_names: Sequence[str] = (), t
 
 # ----------------------------------------------------------------------------- curves over rounds
 
-def series_style(i: int) -> dict[str, str]:
-    """The colour and line style of the i-th series: the ten colours of the cycle, then again dashed,
-    then dotted, so that no two of up to 30 series look alike (notebook 06's Pareto points)."""
-    return {"color": f"C{i % 10}", "linestyle": ("-", "--", ":")[min(i // 10, 2)]}
-
-
 def _metric(runs: Sequence[History], metric: str) -> np.ndarray:
     """(seeds, evaluations) of a per-evaluation metric: the mean client accuracy in %, or the
     averaged training loss."""
@@ -495,41 +502,6 @@ def final_vs(series: dict[str, dict[Any, Sequence[float]]], ax=None, xlabel: str
     ax.set_ylabel(ylabel)
     if ylabel.endswith("(%)"):
         percent_axis(ax)
-    return ax
-
-
-def accuracy_vs_fairness(table, x: str = "mean", y: str = "worst10", ax=None, xlabel: str = "", ylabel: str = "",
-                         off_front: Sequence[str] = ()):
-    """One point per method: metric ``y`` against metric ``x`` of a :func:`fairfl.protocol.compare`
-    table (one row per method and metric, with ``mean``, ``low``, ``high``), with the seed intervals
-    as error bars in both directions and the Pareto front of the means drawn through its members (a
-    dashed line), which are named beside their points; the first ten methods are circles, the next
-    squares, with :func:`series_style`'s colours. σ ("std") is better lower, every other metric higher.
-    The methods in ``off_front`` (a personalised method scored at its clients' own models) are drawn
-    hollow and neither join nor bound the front."""
-    from .protocol import pareto_front
-    ax = ax or plt.gca()
-    wide = {m: table[table.metric == m].set_index("method") for m in (x, y)}
-    methods = [m for m in wide[x].index if m in wide[y].index]
-    xs, ys = (np.array([wide[k].loc[m, "mean"] for m in methods], dtype=np.float64) for k in (x, y))
-    on = np.array([m not in off_front for m in methods], dtype=bool)
-    front = np.zeros(len(methods), dtype=bool)
-    if on.any():
-        front[on] = pareto_front(xs[on], ys[on], maximise=(x != "std", y != "std"))
-    for i, m in enumerate(methods):
-        err = lambda k, v: [[max(0.0, v - wide[k].loc[m, "low"])], [max(0.0, wide[k].loc[m, "high"] - v)]] \
-            if np.isfinite(wide[k].loc[m, "low"]) else None
-        style = series_style(i)
-        ax.errorbar(xs[i], ys[i], xerr=err(x, xs[i]), yerr=err(y, ys[i]), color=style["color"],
-                    marker="osD"[min(i // 10, 2)], capsize=3, linestyle="none", label=m,
-                    markerfacecolor=style["color"] if on[i] else "none")
-        if front[i]:      # only the front is named on the axes (names of clustered points would overlap): the legend has all
-            ax.annotate(m, (xs[i], ys[i]), textcoords="offset points", xytext=(4, 3), fontsize=8, fontweight="bold")
-    order = np.argsort(xs[front])
-    ax.plot(xs[front][order], ys[front][order], color="0.3", linestyle="--", linewidth=1, zorder=0,
-            label="Pareto front")
-    ax.set_xlabel(xlabel or x)
-    ax.set_ylabel(ylabel or y)
     return ax
 
 
@@ -869,3 +841,172 @@ def step_lengths(runs: dict[str, History], ax=None, styles: Mapping[str, Mapping
     plain_log_ticks(ax)
     ax.set_ylabel("length of the server step ‖θᵗ⁺¹ − θᵗ‖")
     return ax
+
+
+# ----------------------------------------------------------------------------- the benchmark (notebook 06)
+# Drawn for print: two-column width (6.9 in), text of 7 pt and more; one colour and one marker per
+# method in every panel (method_styles); an axis shows only what its metric can take.
+
+_CRITERION_MARKS = {"mean": ("o", "chosen on mean"), "worst10": ("^", "chosen on worst 10 %"),
+                    "mean-std": ("s", "chosen on mean − σ")}
+_METRIC_NAMES = {"mean": "mean", "std": "σ over clients", "worst10": "worst 10 %", "best10": "best 10 %"}
+
+
+def _print_text(ax) -> None:
+    ax.tick_params(labelsize=MIN_TEXT_PT)
+    ax.xaxis.label.set_size(MIN_TEXT_PT + 0.5)
+    ax.yaxis.label.set_size(MIN_TEXT_PT + 0.5)
+    ax.title.set_size(MIN_TEXT_PT + 0.5)
+
+
+def _inside(lo: float, hi: float, limits: tuple[float, float], pad: float = 0.06) -> tuple[float, float]:
+    """[lo, hi] widened by ``pad`` of its width and cut to the metric's ``limits``."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return limits
+    width = max(hi - lo, 1e-6)
+    return max(limits[0], lo - pad * width), min(limits[1], hi + pad * width)
+
+
+def forest_plot(table, seeds, reference: str, methods: Sequence[str], styles: Mapping[str, Mapping[str, Any]],
+                metrics: Sequence[str] = ("mean", "std", "worst10"), axes=None, fdr: float = 0.05):
+    """Seed-paired differences from ``reference``, one panel per metric and one row per method
+    (a :func:`fairfl.protocol.summary` ``table`` of one federation, track and criterion): the
+    mean difference with its interval, each seed's own difference as a small dot (``seeds``:
+    {method: {metric: the per-seed differences}}), filled where the Benjamini–Hochberg q-value
+    is ≤ ``fdr`` and hollow otherwise. The x-axis stays inside the range a difference of the
+    metric can take."""
+    from .protocol import LOWER_IS_BETTER, difference_range
+    shown = [m for m in methods if m != reference and m in set(table.method)]
+    if axes is None:
+        _, axes = plt.subplots(1, len(metrics), sharey=True, figsize=(TWO_COLUMNS, 0.22 * len(shown) + 1.0),
+                               layout="constrained")
+    axes = np.atleast_1d(axes)
+    y = {m: len(shown) - 1 - i for i, m in enumerate(shown)}
+    for ax, metric in zip(axes, metrics):
+        rows = table[table.metric == metric].set_index("method")
+        lo_all, hi_all = [0.0], [0.0]
+        for m in shown:
+            if m not in rows.index or not np.isfinite(rows.loc[m, "difference"]):
+                continue
+            r, style = rows.loc[m], styles[m]
+            found = bool(np.isfinite(r["q"]) and r["q"] <= fdr)
+            dots = np.asarray(seeds.get(m, {}).get(metric, []), dtype=np.float64)
+            if dots.size:
+                ax.scatter(dots, np.full(dots.size, y[m]) + 0.22, s=4, color=style["color"], alpha=0.5, linewidths=0)
+                lo_all.append(float(dots.min()))
+                hi_all.append(float(dots.max()))
+            low, high = r["difference_low"], r["difference_high"]
+            ax.plot([low, high], [y[m], y[m]], color=style["color"], linewidth=1.2)
+            ax.plot(r["difference"], y[m], linestyle="none", marker=style["marker"], markersize=4.5,
+                    color=style["color"], markerfacecolor=style["color"] if found else "white")
+            lo_all += [low]
+            hi_all += [high]
+        ax.axvline(0, color="0.15", linewidth=0.9, zorder=1)
+        ax.set_xlim(*_inside(min(lo_all), max(hi_all), difference_range(metric)))
+        better = "lower is better" if metric in LOWER_IS_BETTER else "higher is better"
+        ax.set_title(f"{_METRIC_NAMES.get(metric, metric)} ({better})")
+        ax.set_xlabel(f"difference from {reference} (points)")
+        ax.grid(axis="y", visible=False)
+        _print_text(ax)
+    axes[0].set_yticks([y[m] for m in shown], shown)
+    axes[0].set_ylim(-0.7, len(shown) - 0.3)
+    key = [matplotlib.lines.Line2D([], [], color="0.3", marker="o", linestyle="-", markersize=4.5, label=text,
+                                   markerfacecolor=face) for face, text in
+           (("0.3", f"resolved (Benjamini–Hochberg q ≤ {fdr:g})"), ("white", "not resolved"))]
+    key.append(matplotlib.lines.Line2D([], [], color="0.3", marker="o", linestyle="none", markersize=2, alpha=0.5,
+                                       label="one seed"))
+    axes[0].figure.legend(handles=key, loc="outside lower center", ncols=3, fontsize=MIN_TEXT_PT, frameon=False)
+    return axes
+
+
+def tradeoff_paths(grid, methods: Sequence[str], styles: Mapping[str, Mapping[str, Any]], columns: int = 5,
+                   title: str = "", x: str = "mean", y: str = "std"):
+    """Each method's whole tuning grid in the accuracy–fairness plane, one small panel per method
+    (shared axes): ``grid`` has one row per (method, configuration) with the columns ``method``,
+    ``order`` (the path's order), ``x`` and ``y`` (validation scores in %, the choice's view) and
+    ``chosen`` (the criteria that chose it, a set); the configurations joined in order, and each
+    criterion's choice ringed with its own marker. Axes inside [0, 100] (σ: [0, 50])."""
+    from .protocol import METRIC_RANGE
+    shown = [m for m in methods if m in set(grid["method"])]
+    rows = -(-len(shown) // columns)
+    fig, axes = plt.subplots(rows, columns, sharex=True, sharey=True, squeeze=False, layout="constrained",
+                             figsize=(TWO_COLUMNS, 1.25 * rows + 0.7))
+    finite = grid[np.isfinite(grid[x]) & np.isfinite(grid[y])]
+    xlim = _inside(finite[x].min(), finite[x].max(), METRIC_RANGE[x]) if len(finite) else METRIC_RANGE[x]
+    ylim = _inside(finite[y].min(), finite[y].max(), METRIC_RANGE[y]) if len(finite) else METRIC_RANGE[y]
+    for ax, m in zip(axes.flat, shown):
+        g = grid[grid.method == m].sort_values("order")
+        style = styles[m]
+        ax.plot(g[x], g[y], color=style["color"], linewidth=0.8, marker=style["marker"], markersize=3)
+        for criterion, (marker, _) in _CRITERION_MARKS.items():
+            hit = g[[criterion in c for c in g["chosen"]]]
+            ax.plot(hit[x], hit[y], linestyle="none", marker=marker, markersize=8, markerfacecolor="none",
+                    markeredgecolor="0.15", markeredgewidth=0.8)
+        ax.set_title("\n".join(textwrap.wrap(m, 18)), pad=2)       # a long name in two lines, within its panel
+        _print_text(ax)
+    for ax in axes.flat[len(shown):]:
+        ax.set_axis_off()
+    axes[0, 0].set_xlim(*xlim)
+    axes[0, 0].set_ylim(*ylim)
+    for ax in axes[-1]:
+        ax.set_xlabel(f"{_METRIC_NAMES.get(x, x)} (%)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"{_METRIC_NAMES.get(y, y)} (%)")
+    handles = [matplotlib.lines.Line2D([], [], linestyle="none", marker=mk, markersize=7, markerfacecolor="none",
+                                       markeredgecolor="0.15", label=text) for mk, text in _CRITERION_MARKS.values()]
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=MIN_TEXT_PT, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=MIN_TEXT_PT + 1)
+    return fig
+
+
+def effect_heatmap(table, federations: Sequence[str], methods: Sequence[str],
+                   metrics: Sequence[str] = ("mean", "std", "worst10"), references: Mapping[str, str] | None = None,
+                   fdr: float = 0.05, labels: Mapping[str, str] | None = None):
+    """One heat map of effect sizes over methods × metrics × federations: each cell the seed-paired
+    difference from the method's track reference (a :func:`fairfl.protocol.summary` table), its
+    sign turned so that blue is better for every metric (σ: lower), written in the cell with a
+    star where its Benjamini–Hochberg q-value is ≤ ``fdr``; a cell without a comparison (the
+    reference itself, a federation that cannot speak for the track) is blank. The colour scale is
+    symmetric and capped at the 95th percentile of the effects, so that one exploding method does
+    not wash the others out. ``labels`` renames rows (say which reference a personalised method
+    is compared with)."""
+    from .protocol import LOWER_IS_BETTER
+    references, labels = dict(references or {}), dict(labels or {})
+    rows = [m for m in methods if m in set(table.method) and m not in references.values()]
+    cols = [(f, k) for f in federations for k in metrics]
+    value = np.full((len(rows), len(cols)), np.nan)
+    star = np.zeros_like(value, dtype=bool)
+    for i, m in enumerate(rows):
+        for j, (f, k) in enumerate(cols):
+            hit = table[(table.method == m) & (table.federation == f) & (table.metric == k)]
+            if len(hit) and "difference" in hit and np.isfinite(hit["difference"].iloc[0]):
+                sign = -1.0 if k in LOWER_IS_BETTER else 1.0
+                value[i, j] = sign * hit["difference"].iloc[0]
+                star[i, j] = bool(hit["q"].iloc[0] <= fdr)
+    finite = np.abs(value[np.isfinite(value)])
+    cap = float(np.percentile(finite, 95)) if finite.size else 1.0
+    cap = max(cap, 1.0)
+    fig, ax = plt.subplots(figsize=(TWO_COLUMNS, 0.2 * len(rows) + 1.6), layout="constrained")
+    image = ax.imshow(np.clip(value, -cap, cap), cmap="RdBu", vmin=-cap, vmax=cap, aspect="auto")
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            if np.isfinite(value[i, j]):
+                v = value[i, j]
+                text = (f"{v:+.0f}" if abs(v) >= 10 else f"{v:+.1f}") + ("*" if star[i, j] else "")
+                ax.text(j, i, text, ha="center", va="center", fontsize=MIN_TEXT_PT,
+                        color="white" if abs(v) > 0.6 * cap else "0.1")
+    short = {"std": "σ", "worst10": "worst 10 %", "best10": "best 10 %"}
+    ax.set_xticks(range(len(cols)), [short.get(k, k) for _, k in cols], rotation=90)
+    ax.set_yticks(range(len(rows)), [labels.get(m, m) for m in rows])
+    for j in range(len(metrics), len(cols), len(metrics)):
+        ax.axvline(j - 0.5, color="white", linewidth=2)
+    top = ax.secondary_xaxis("top")
+    top.set_xticks([j * len(metrics) + (len(metrics) - 1) / 2 for j in range(len(federations))], list(federations))
+    top.tick_params(length=0, labelsize=MIN_TEXT_PT)
+    ax.grid(False)
+    _print_text(ax)
+    bar = fig.colorbar(image, ax=ax, shrink=0.8, pad=0.01)
+    bar.set_label("better than the reference (points; σ sign turned)", fontsize=MIN_TEXT_PT)
+    bar.ax.tick_params(labelsize=MIN_TEXT_PT)
+    return fig

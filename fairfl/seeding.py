@@ -31,6 +31,7 @@ SAMPLING = 0x5A3        # which clients take part in a round
 BATCHES = 0xC11         # a client's batch order and dropout masks in a round
 PARTITION = 0xFA1       # the partition (seeded by PartitionSpec.seed, no round)
 SPLIT = 0x5B1           # each client's train / val / test split (likewise)
+FINETUNE = 0xF17        # a client's batches when it fine-tunes the global model before it is scored (FedAvg-FT)
 
 
 def rng(seed: int, round_: int, purpose: int, *ids: int) -> np.random.Generator:

@@ -96,3 +96,18 @@ def test_start_knows_which_settings_differ_from_the_profile(monkeypatch):
     assert same.overridden == {} and same.claims("nb").checked
     other = start("quick", profiles, workers=1, rounds=10)
     assert other.overridden == {"rounds": (100, 10)} and not other.claims("nb").checked
+
+
+def test_recorded_verdicts_are_reported_whatever_they_are(tmp_path, monkeypatch, capsys):
+    """notebook 06's verdicts come from its statistics: a contradicted claim is a result, not a
+    failure, so finish() raises for none of them; smoke records them as not checked."""
+    monkeypatch.setenv("FAIRFL_CLAIMS_FILE", str(tmp_path / "claims.json"))
+    c = Claims("06", "quick")
+    for verdict in ("supported", "contradicted", "inconclusive", "not judged"):
+        assert c.record(f"claim {verdict}", verdict, "Adult: +2.1 [0.3, 4.0]").status == verdict
+    c.finish()
+    assert "1 supported, 1 contradicted, 1 inconclusive, 1 not judged" in summary(tmp_path / "claims.json")
+    assert Claims("06", "smoke").record("x", "supported", "e").status == NOT_CHECKED
+    assert Claims("06", "quick", {"seeds": ([0], [1])}).record("x", "supported", "e").status == OVERRIDDEN
+    with pytest.raises(ValueError, match="use check"):
+        c.record("x", FAILED, "e")

@@ -182,6 +182,16 @@ def test_a_gpu_config_is_refused_before_the_simulation_starts():
         run_simulation(BASE, BASE.replace(device="cuda"))
 
 
+def test_an_algorithm_that_makes_its_personal_models_at_evaluation_is_refused():
+    """FedAvg-FT fine-tunes at evaluation; a node scores a personalised algorithm at the model it
+    keeps (Ditto's), so it would have scored the global model as if it were personal."""
+    from fairfl.algorithms.fedavg import FedAvgFT
+    from fairfl.errors import ConfigError
+    from fairfl.flower import run_simulation
+    with pytest.raises(ConfigError, match="fedavg_ft makes each client's model when it is evaluated"):
+        run_simulation(BASE, BASE.replace(algorithm=FedAvgFT()))
+
+
 def test_report_round_trip_keeps_every_field():
     """What a node sends is what the rule reads: updates (also per objective), losses, masks and
     extras come back with their values (scalars as float64)."""

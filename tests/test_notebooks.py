@@ -122,3 +122,81 @@ def test_start_says_the_profile_and_the_expected_time_in_one_line(monkeypatch, c
     assert line.startswith("00_tour: profile smoke, expected not measured (settings changed); exploring rounds=3 "
                            "(profile: 2): the paper's claims are recorded as not checked; "
                            f"figures -> {tmp_path / 'outputs' / 'smoke' / 'explore'}"), line
+
+
+# ----------------------------------------------------------------------------- notebook 06's outputs
+
+@pytest.fixture(scope="module")
+def smoke06(tmp_path_factory):
+    """Notebook 06 executed in its smoke profile, as `fairfl reproduce` runs it, into a fresh results and figures
+    folder: {"figures": its figures folder, "out": the folder of the executed notebook and its claims.json}."""
+    import os
+    import subprocess
+    import sys
+    root = tmp_path_factory.mktemp("smoke06")
+    env = {**os.environ, "FAIRFL_RESULTS": str(root / "results"), "FAIRFL_FIGURES": str(root / "figures"),
+           "TQDM_DISABLE": "1"}
+    r = subprocess.run([sys.executable, "-m", "fairfl", "reproduce", "06", "--profile", "smoke", "--quiet",
+                        "--output", str(root / "out")], capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return {"figures": root / "figures" / "smoke", "out": root / "out"}
+
+
+def _readme_block(marker: str) -> str:
+    import re
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    (block,) = re.findall(rf"<!-- {marker} -->\n```python\n(.*?)```\n<!-- /{marker} -->", readme, flags=re.S)
+    return block
+
+
+def test_06_readme_snippet_recreates_the_tables_from_the_smoke_csvs(smoke06, tmp_path, monkeypatch):
+    """The README's pandas lines, run on the CSV files the smoke profile wrote: the pivoted table is the
+    notebook's (protocol.wide of the same rows), and the per-run numbers recomputed from the long file's clients
+    give the summary's means over seeds."""
+    import shutil
+
+    import numpy as np
+    import pandas as pd
+
+    from fairfl import protocol
+    (tmp_path / "figures").mkdir()
+    for name in ("06_one_protocol.csv", "06_one_protocol_runs.csv.gz"):
+        shutil.copy(smoke06["figures"] / name, tmp_path / "figures" / name)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    block = _readme_block("notebook-06-tables")
+    mine = 'federation, track = "FMNIST, Dirichlet", "personal"'          # smoke has no Adult; both tracks speak here
+    exec(block.replace('federation, track = "Adult", "global"', mine), scope)
+    assert scope["federation"] == "FMNIST, Dirichlet"
+    summary = protocol.read_table(tmp_path / "figures" / "06_one_protocol.csv")
+    assert summary.attrs["protocol"] == "6.2" and set(summary.scored) >= {"global", "personal", "averaged iterate"}
+    one = summary[(summary.federation == "FMNIST, Dirichlet") & (summary.track == "personal")]
+    expected = protocol.wide(one)[list(protocol.REPORTED)]
+    assert list(expected.index) == ["FedAvg-FT", "Local-only", "Ditto"]
+    got = scope["table"].loc[expected.index, list(protocol.REPORTED)]
+    assert (got.values == expected.values).all()
+    means = scope["means"]
+    rows = summary[(summary.criterion == "mean") & summary.metric.isin(["mean", "std"])]
+    assert len(rows) > 20
+    for r in rows.itertuples():
+        assert means.loc[(r.federation, r.method), r.metric] == pytest.approx(r.mean, abs=1e-3), r
+    assert np.isfinite(means.values).all() and isinstance(means, pd.DataFrame)
+
+
+def test_06_results_command_reads_its_csvs_and_its_claims_record_verdicts(smoke06):
+    import json
+    import subprocess
+    import sys
+    summary = smoke06["figures"] / "06_one_protocol.csv"
+    r = subprocess.run([sys.executable, "-m", "fairfl", "results", str(summary), "--where", "federation=FMNIST, Dirichlet",
+                        "metric=mean"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "table=summary schema=2 protocol=6.2" in r.stdout and "FedAvg-FT" in r.stdout and "Shakespeare" not in r.stdout
+    r = subprocess.run([sys.executable, "-m", "fairfl", "results", str(smoke06["figures"] / "06_one_protocol_runs.csv.gz"),
+                        "--format", "csv", "--where", "split=val", "seed=100"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.startswith("# fairfl table=runs schema=1 protocol=6.2"), r.stderr
+    # the claims: every claim on every federation, Shakespeare (a constant predictor at smoke size) not judged
+    verdicts = json.loads((smoke06["out"] / "smoke" / "06_one_protocol.claims.json").read_text())["verdicts"]
+    assert len(verdicts) == 4 * 3 and {v["status"] for v in verdicts} == {"not checked"}
+    claims = {v["claim"]: v["evidence"] for v in verdicts}
+    assert all("not judged" in e for c, e in claims.items() if c.endswith("— Shakespeare"))

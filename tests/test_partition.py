@@ -394,3 +394,28 @@ def test_official_code_reading_is_adult_only_and_enters_the_key(fmnist):
     assert code.key() != true.key() and ExperimentConfig.from_dict(code.to_dict()) == code
     # the default is left out of the canonical form: keys made before the option existed still hold
     assert "reading" not in true.to_dict()["partition"] and code.to_dict()["partition"]["reading"] == "official-code"
+
+
+def test_dirichlet_min_size_is_an_option_of_its_scheme_only_and_keeps_old_keys(fmnist):
+    """notebook 06's Dirichlet federation: 50 clients of at least 250 samples (50 for test with a
+    20 % test share); the option is refused elsewhere, and its default is left out of the
+    canonical form, so every key made before it existed still names the same run."""
+    from fairfl import ExperimentConfig
+    spec = PartitionSpec("dirichlet", num_clients=50, beta=0.5, split=(0.6, 0.2, 0.2), min_size=250, seed=3)
+    parts = partition_indices(fmnist, spec)
+    assert min(len(p) for p in parts) >= 250 and len(parts) == 50
+    fed = federate(fmnist, spec)
+    assert min(len(c.y_test) for c in fed.clients) >= 50
+    # the redraws come from the partition's own generator: one seed, one partition
+    assert all(np.array_equal(a, b) for a, b in zip(parts, partition_indices(fmnist, spec)))
+    with pytest.raises(ConfigError, match="min_size=5 applies to scheme 'dirichlet'"):
+        PartitionSpec("shards", num_clients=10, min_size=5)
+    plain = ExperimentConfig(partition=PartitionSpec("dirichlet", num_clients=50, beta=0.5))
+    assert "min_size" not in plain.to_dict()["partition"]
+    sized = plain.replace(partition=spec)
+    # train_sizes counts what federate builds, without building it
+    from fairfl.partition import train_sizes
+    assert train_sizes(fmnist, spec) == [len(c.y_train) for c in fed.clients]
+    held_out = PartitionSpec("one_class", num_clients=3, classes=(0, 2, 6), split=None, val_fraction=0.1)
+    assert train_sizes(fmnist, held_out) == [len(c.y_train) for c in federate(fmnist, held_out).clients]
+    assert sized.to_dict()["partition"]["min_size"] == 250 and ExperimentConfig.from_dict(sized.to_dict()) == sized

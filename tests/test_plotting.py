@@ -374,7 +374,7 @@ def _partitions_fig():
 
 
 # Each figure function of fairfl.plotting, drawn as its notebook draws it, at the notebook's size and with its
-# longest labels; the functions of notebook 06 only (accuracy_vs_fairness, series_style) are its own rewrite's
+# longest labels (notebook 06's three: on 20 methods and four federations of made-up seeds)
 FIGURES = {
     "accuracy_and_loss": lambda: plotting.accuracy_and_loss(
         _short_runs(2), "Fashion-MNIST, label shards, CNN (FedMGDA+ Table 3), p = 0.05; mean ± std over 2 seed(s)"),
@@ -395,13 +395,16 @@ FIGURES = {
     "final_by_k": _final_by_k_fig,
     "partition_heatmap": _multimnist_fig,
     "improved_share": _improved_fig,
+    "forest_plot": lambda: _bench_forest()[0][0].figure,
+    "tradeoff_paths": lambda: _bench_tradeoff()[0],
+    "effect_heatmap": lambda: _bench_heatmap()[0],
 }
 # what FIGURES covers besides the names above: functions drawn inside another's figure
 INSIDE = {"curves": "accuracy_and_loss", "curve_differences": "curves_and_differences", "seed_band": "task_curves",
           "method_panels": "convergence", "improved_heatmap": "convergence"}
 NOT_FIGURES = {"use_style", "figure", "method_styles", "ordinal_styles", "figure_legend", "suptitle", "panel_title",
                "percent_axis", "bar_axis", "round_axis", "plain_log_ticks", "human", "save_figure", "figure_stamp",
-               "accuracy_vs_fairness", "series_style"}      # the last two: notebook 06's, rewritten elsewhere
+               }
 
 
 def test_every_figure_function_is_checked():
@@ -556,3 +559,143 @@ def test_contact_sheet_labels_each_figure_by_what_drew_it(tmp_path, style):
     assert [(name, kind) for name, kind, _ in labels] == [("a_new.png", "new"), ("b_old.png", "old")]
     assert labels[0][2] == "new code (print-1), 6.90 x 2.60 in (two columns), checks ok"
     assert image.size[0] == 2 * (200 + 12) + 12
+
+
+# ----------------------------------------------------------------------------- the benchmark's figures (notebook 06)
+
+BENCH_METHODS = ["FedAvg", "FedAvg-n", "FedProx", "FedMGDA", "FedMGDA+", "MGDA-Prox", "q-FedAvg", "AFL",
+                 "AFL (averaged iterate)", "FedFV", "TERM", "FedLF", "FedNL", "FedNew", "DQN-Fed",
+                 "DQN-Fed (Thm 4.2 safeguard)", "FedHEAL", "FedAvg-FT", "Local-only", "Ditto"]
+BENCH_PERSONAL = {"FedAvg-FT", "Local-only", "Ditto"}
+BENCH_FEDS = ["FMNIST, 3 clients", "FMNIST, 100 shards", "FMNIST, Dirichlet", "Adult"]
+
+
+def _bench_scores(n=10):
+    """Ten seeds of every method on four federations (no personal track on the first), one
+    method far better than the others and one that diverges on some seeds; accuracies near 100 %
+    for one method, so that an interval could only leave the range by a bug."""
+    import pandas as pd
+    rng = np.random.default_rng(0)
+    rows = []
+    for f in BENCH_FEDS:
+        for i, m in enumerate(BENCH_METHODS):
+            if m in BENCH_PERSONAL and f == BENCH_FEDS[0]:
+                continue
+            base = 99.0 if m == "Ditto" else 70 + 3 * np.sin(i)
+            for s in range(n):
+                mean = float(np.clip(base + rng.normal(0, 2), 0, 100))
+                rows.append(dict(federation=f, track="personal" if m in BENCH_PERSONAL else "global", criterion="mean",
+                                 method=m, seed=s, mean=np.nan if m == "DQN-Fed" and s % 3 == 0 else mean,
+                                 std=abs(10 + 2 * np.cos(i) + rng.normal(0, 1)),
+                                 worst10=float(np.clip(mean - 20 + rng.normal(0, 3), 0, 100)), best10=min(100.0, mean + 15)))
+    return pd.DataFrame(rows)
+
+
+REFS = {"global": "FedAvg", "personal": "FedAvg-FT"}
+
+
+def _texts_at_least(fig, points):
+    """Every text the figure draws (ticks, labels, titles, legends, annotations) is at least ``points`` large."""
+    import matplotlib.text
+    return [t.get_text() for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text().strip()
+            and t.get_fontsize() < points - 1e-9]
+
+
+def _marker_styles(ax):
+    """{(colour, marker)} of the drawn markers of a panel's lines."""
+    from matplotlib.colors import to_hex
+    return {(to_hex(line.get_color()), line.get_marker()) for line in ax.get_lines() if line.get_marker() not in (None, "None", "")}
+
+
+def _bench_forest():
+    from fairfl import protocol
+    scores = _bench_scores()
+    table = protocol.summary(scores, REFS)
+    fed = BENCH_FEDS[1]
+    sub = table[(table.federation == fed) & (table.track == "global")]
+    styles = plotting.method_styles(BENCH_METHODS, labelled=True)
+    g = scores[scores.federation == fed].set_index("seed")
+    seeds = {m: {k: (g[g.method == m][k] - g[g.method == "FedAvg"][k]).dropna().tolist() for k in ("mean", "std", "worst10")}
+             for m in BENCH_METHODS}
+    return plotting.forest_plot(sub, seeds, "FedAvg", BENCH_METHODS, styles), sub, styles
+
+
+def test_forest_plot_stays_in_range_shows_the_seeds_and_marks_only_resolved_differences(style):
+    """Per federation: every method's paired difference from the reference with its interval and
+    its raw seeds; filled exactly where the BH q-value is ≤ 0.05; x inside the range a difference
+    of the metric can take; each method in its own (colour, marker); text ≥ 7 pt, none over
+    another or cut off."""
+    from fairfl import protocol
+    axes, sub, styles = _bench_forest()
+    fig = axes[0].figure
+    assert not overlapping(fig), overlapping(fig)
+    assert not cut_off(fig), cut_off(fig)
+    assert not _texts_at_least(fig, plotting.MIN_TEXT_PT), _texts_at_least(fig, plotting.MIN_TEXT_PT)
+    for ax, metric in zip(axes, ("mean", "std", "worst10")):
+        lo, hi = ax.get_xlim()
+        assert protocol.difference_range(metric)[0] <= lo < hi <= protocol.difference_range(metric)[1]
+        rows = sub[sub.metric == metric].set_index("method")
+        for line in ax.get_lines():
+            if line.get_marker() in ("o", "s") and len(line.get_xdata()) == 1:
+                y = int(round(line.get_ydata()[0]))
+                method = [m for m in BENCH_METHODS if m not in ("FedAvg",) and m in rows.index][::-1][y]
+                filled = line.get_markerfacecolor() != "white"
+                assert filled == bool(rows.loc[method, "q"] <= 0.05), method
+                assert (line.get_marker(), line.get_color()) == (styles[method]["marker"], styles[method]["color"])
+    shown = [t.get_text() for t in axes[0].get_yticklabels()]
+    assert shown == [m for m in BENCH_METHODS if m in set(sub.method) and m != "FedAvg"]
+
+
+def _bench_tradeoff():
+    import pandas as pd
+    styles = plotting.method_styles(BENCH_METHODS, labelled=True)
+    rows = [dict(method=m, order=o, mean=60 + 3 * o, std=15.0 - o, chosen={"mean"} if o == 3 else
+                 ({"worst10", "mean-std"} if o == 1 else set())) for m in BENCH_METHODS for o in range(4)]
+    return plotting.tradeoff_paths(pd.DataFrame(rows), BENCH_METHODS, styles, title="FMNIST, 100 shards"), styles
+
+
+def test_tradeoff_paths_keep_each_methods_style_and_mark_each_criterion(style):
+    fig, styles = _bench_tradeoff()
+    panels = [ax for ax in fig.axes if ax.axison]
+    assert [ax.get_title().replace("\n", " ") for ax in panels] == BENCH_METHODS
+    for ax, m in zip(panels, BENCH_METHODS):
+        from matplotlib.colors import to_hex
+        path = ax.get_lines()[0]
+        assert (to_hex(path.get_color()), path.get_marker()) == (to_hex(styles[m]["color"]), styles[m]["marker"])
+        ringed = {line.get_marker(): list(line.get_xdata()) for line in ax.get_lines()[1:]}
+        assert ringed == {"o": [69.0], "^": [63.0], "s": [63.0]}
+    assert 0 <= panels[0].get_xlim()[0] and panels[0].get_xlim()[1] <= 100
+    assert 0 <= panels[0].get_ylim()[0] and panels[0].get_ylim()[1] <= 50
+    assert not over_other_panels(fig), over_other_panels(fig)      # "DQN-Fed (Thm 4.2 safeguard)" reached its neighbour
+    assert not overlapping(fig), overlapping(fig)
+    assert not cut_off(fig), cut_off(fig)
+    assert not _texts_at_least(fig, plotting.MIN_TEXT_PT)
+    # twenty methods, twenty different (colour, marker) pairs
+    assert len({(to_hex(s["color"]), s["marker"]) for s in styles.values()}) == len(BENCH_METHODS)
+
+
+def _bench_heatmap():
+    from fairfl import protocol
+    table = protocol.summary(_bench_scores(), REFS)
+    return plotting.effect_heatmap(table, BENCH_FEDS, BENCH_METHODS, references=REFS,
+                                   labels={"Ditto": "Ditto (vs FedAvg-FT)"}), table
+
+
+def test_effect_heatmap_turns_sigma_stars_resolved_cells_and_leaves_references_blank(style):
+    fig, table = _bench_heatmap()
+    ax = fig.axes[0]
+    rows = [t.get_text() for t in ax.get_yticklabels()]
+    assert "FedAvg" not in rows and "FedAvg-FT" not in rows and "Ditto (vs FedAvg-FT)" in rows
+    cells = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
+    # the personal track has no row on the 3-client federation (its clients hold one class each)
+    assert (rows.index("Local-only"), 0) not in cells and (rows.index("Local-only"), 3) in cells
+    # σ is better lower: its sign is turned, so a method with a lower σ shows a positive number
+    r = table[(table.federation == BENCH_FEDS[1]) & (table.method == "FedMGDA") & (table.metric == "std")].iloc[0]
+    text = cells[(rows.index("FedMGDA"), 4)]
+    assert float(text.rstrip("*")) == pytest.approx(-r.difference, abs=0.051) and text.endswith("*") == (r.q <= 0.05)
+    assert not overlapping(fig), overlapping(fig)
+    assert not cut_off(fig), cut_off(fig)
+    boxes = [t.get_window_extent(fig.canvas.get_renderer()) for t in ax.texts]
+    assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+                if min(a.x1, b.x1) - max(a.x0, b.x0) > 1 and min(a.y1, b.y1) - max(a.y0, b.y0) > 1]
+    assert not _texts_at_least(fig, plotting.MIN_TEXT_PT)

@@ -5,6 +5,7 @@
 | fedavg         | McMahan et al. 2017                      | fedavg    |
 | fedavg_n       | FedMGDA+ §6 (FedAvg on unit updates)     | fedavg    |
 | fedprox        | Li et al. 2020 (FedProx)                 | fedavg    |
+| fedavg_ft      | Wang et al. 2019 (FedAvg + fine-tuning)  | fedavg    |
 | fedmgda        | FedMGDA+ §4 (vanilla MGDA)               | fedmgda   |
 | fedmgda_plus   | FedMGDA+ Algorithm 1, eq. (25)           | fedmgda   |
 | mgda_prox      | FedMGDA+ §6 (FedMGDA+ with prox)         | fedmgda   |

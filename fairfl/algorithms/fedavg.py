@@ -1,13 +1,15 @@
-"""FedAvg (McMahan et al. 2017), FedAvg-n (FedMGDA+ §6: FedAvg on unit-normalised updates) and
-FedProx (Li et al. 2020: FedAvg whose clients add a proximal term)."""
+"""FedAvg (McMahan et al. 2017), FedAvg-n (FedMGDA+ §6: FedAvg on unit-normalised updates),
+FedProx (Li et al. 2020: FedAvg whose clients add a proximal term) and FedAvg-FT (FedAvg whose
+clients fine-tune the global model before they are scored: the personalisation baseline)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from ..messages import Aggregate, ClientUpdates
+from ..seeding import FINETUNE
 from .base import Algorithm, Context, RoundPlan, ServerStep, option, register, with_proximal_term
 
 
@@ -81,3 +83,28 @@ class FedProx(FedAvg):
 
     def configure(self, ctx: Context, state: Any) -> RoundPlan:
         return with_proximal_term(super().configure(ctx, state), self.mu)
+
+
+@register
+@dataclass(frozen=True)
+class FedAvgFT(FedAvg):
+    """FedAvg with local fine-tuning, the reference of personalised federated learning (Wang et
+    al. 2019, "Federated Evaluation of On-device Personalization"; the "FedAvg-FT" of pFL-Bench,
+    Chen et al. 2022): training is FedAvg's, bit for bit; at each evaluation every client
+    fine-tunes the global model on its own training data for ``finetune_epochs`` epochs of the
+    experiment's local SGD (of K steps each where the experiment trains K local steps a round; its
+    own batch stream, :data:`fairfl.seeding.FINETUNE`) and is scored at that personal model. The fine-tuned models are not kept: the next evaluation starts again
+    from the global model."""
+
+    name = "fedavg_ft"
+    personal = True
+    finetune_epochs: int = option(1, low=1, doc="epochs of local SGD from the global model before a client is scored")
+
+    def evaluate(self, ctx: Context, state: Any, clients) -> Any:
+        n = clients.num_clients
+        # an experiment that trains K local steps a round (LocalTraining.steps) fine-tunes for K steps an epoch
+        steps = None if ctx.local.steps is None else ctx.local.steps * self.finetune_epochs
+        local = replace(ctx.local, epochs=self.finetune_epochs, steps=steps, prox_mu=0.0)
+        start = self.eval_params(state, ctx.params)
+        tuned = clients.train_from(list(range(n)), start.unsqueeze(0).repeat(n, 1), local, purpose=FINETUNE)
+        return clients.evaluate_each(list(tuned))
