@@ -20,7 +20,7 @@ figures: setup
 test: setup pfl-env
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	OMP_NUM_THREADS=1 FAIRFL_PROFILE=smoke FAIRFL_RESULTS=$$tmp/results FAIRFL_FIGURES=$$tmp/figures TQDM_DISABLE=1 \
-	$(PY) -m pytest -n 2 --dist loadfile --nbval-lax tests notebooks
+	$(PY) -m pytest -n 2 --dist loadfile --durations=25 --nbval-lax tests notebooks
 
 # JupyterLab at the repository root, so that its file browser reaches outputs/ and figures/ beside
 # notebooks/, where it opens. ARGS go to jupyter lab as they are, e.g. on a remote machine
