@@ -332,6 +332,10 @@ def _family(config: ExperimentConfig) -> str:
                        *schedule_key(config.local), config.batched, config.device_type], sort_keys=True, default=str)
 
 
+def _partition_key(config: ExperimentConfig) -> str:
+    return json.dumps(config.to_dict()["partition"], sort_keys=True, default=str)
+
+
 def expected_cost(config: ExperimentConfig) -> float:
     """A run's work relative to the other runs of its family (which share data, model and local
     steps, :func:`_family`), in client-epochs: its rounds × clients per round × local passes, plus its
@@ -345,16 +349,19 @@ def expected_cost(config: ExperimentConfig) -> float:
 
 
 def plan_groups(configs: Sequence[ExperimentConfig], slots: int, max_group: int | None = None) -> list[list[int]]:
-    """Indices of ``configs`` in lockstep groups: runs of one family together, each family cut into
+    """Indices of ``configs`` in lockstep groups: runs of one family on one partition together, each cut into
     enough groups to keep ``slots`` workers busy (in proportion to its share of the runs) and none
     larger than ``max_group`` (default: :data:`MAX_GROUP` of the family's device); members dealt out
     longest first to the group with the least expected work (:func:`expected_cost`), so that the
     groups of a family cost alike. A family that is not ``batched`` (the reference loop, which fuses
     nothing) goes out as single runs. The costliest groups first: a pool takes them in this order,
     and the short ones fill in at the end."""
+    # Within a family, the runs of one partition go together: a group then holds its data once and
+    # gathers each step's batches from one pool. Dealt across groups, notebook 06's ten seeds (each its
+    # own partition) put ten partitions of Fashion-MNIST in every group, and two workers filled 24 GB.
     families: dict[str, list[int]] = {}
     for i, c in enumerate(configs):
-        families.setdefault(_family(c), []).append(i)
+        families.setdefault(_family(c) + _partition_key(c), []).append(i)
     cost = [expected_cost(c) for c in configs]
     groups = []
     for members in families.values():

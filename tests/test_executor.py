@@ -5,6 +5,7 @@ it gets is reported after a bounded number of tries while the others land in the
 when the parent is killed its workers end within seconds."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -63,6 +64,7 @@ def test_a_killed_worker_costs_only_its_runs(fmnist, tmp_path):
 
 
 CRASH = '''
+import dataclasses
 import os
 import signal
 from dataclasses import dataclass
@@ -158,3 +160,17 @@ def test_runs_of_the_reference_loop_go_out_singly_and_fused_runs_in_lockstep_gro
     assert groups == [[0, 1, 2, 3, 4, 5], [6], [7], [8], [9], [10]]    # largest first
     assert plan_groups(fused, slots=2) == [[0, 2, 4], [1, 3, 5]]
     assert plan_groups(reference, slots=2) == [[0], [1], [2], [3], [4]]
+
+
+def test_a_group_holds_the_runs_of_one_partition():
+    """Notebook 06 draws each reporting seed's partition anew: dealt out in turn, every group held
+    all ten partitions, and two workers filled 24 GB. A family's runs are now grouped by partition
+    first: a group holds its data once."""
+    from fairfl.sweeps import plan_groups
+    configs = [CFG.replace(seed=s, partition=dataclasses.replace(CFG.partition, seed=s % 3), rounds=1 + m)
+               for s in range(6) for m in range(4)]
+    groups = plan_groups(configs, slots=2)
+    assert sorted(i for g in groups for i in g) == list(range(len(configs)))
+    for g in groups:
+        assert len({configs[i].partition.seed for i in g}) == 1, [configs[i].partition.seed for i in g]
+    assert len(groups) == 3
