@@ -92,6 +92,22 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def console() -> None:
+    """The ``fairfl`` command and ``python -m fairfl``: :func:`main`'s exit status. An interrupted
+    command ends with 130 through ``os._exit`` once the exit handlers have run: a Ctrl-C that lands
+    while an extension runs Python code during an import (``import torch``, in a command's first
+    second) leaves CPython's "unhandled KeyboardInterrupt" mark set even though :func:`main` caught
+    it, and the interpreter would then end by killing itself with SIGINT (status -2, seen in a test)."""
+    code = main()
+    if code == 130:
+        import atexit
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(code)
+
+
 class _Said(KeyboardInterrupt):
     """A Ctrl-C whose one line is its message (printed by :func:`main`, exit status 130)."""
 

@@ -524,7 +524,7 @@ def test_a_newcomers_first_afternoon_in_a_fresh_clone(browser, tmp_path, request
     assert "Traceback" not in lab_log, lab_log[-3000:]
 
     reproduced = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in smoke.iterdir()}     # 00's and 06's
-    assert {"00_tour_curves.png", "06_one_protocol.png"} <= set(reproduced), sorted(reproduced)
+    assert {"00_tour_curves.png", "06_one_protocol_effects.png"} <= set(reproduced), sorted(reproduced)
     explored = shell("fairfl", "reproduce", "00", "--profile", "smoke", "-p", "rounds=3")
     assert "ok      00_tour.ipynb" in explored and "outputs/smoke/explore/00_tour.ipynb" in explored, explored
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in smoke.iterdir()} == reproduced
