@@ -33,6 +33,33 @@ settings.register_profile(
 settings.load_profile("fairfl")
 
 
+# ----------------------------------------------------------------------------- order
+
+# `make test` runs `pytest -n 2 --dist loadfile`: whole files go to the two workers in collection
+# order, each as its worker runs low. A long file handed out near the end runs alone while the
+# other worker idles (CI's log: the browser's 5-minute afternoon, the command line's subprocesses
+# and the scripts' smoke runs sat late in alphabetical order, the notebooks' nbval cells after all
+# of them). The longest files go first, longest first (their sums in CI's `--durations` output);
+# the rest keep their order.
+LONGEST_FIRST = ("tests/test_cli.py", "tests/test_jupyterlab.py", "tests/test_scripts.py", "tests/test_engine.py",
+                 "notebooks/02_fedmgda_attacks.ipynb", "tests/test_flower.py", "tests/test_notebooks.py",
+                 "notebooks/04_dqnfed_convergence.ipynb", "tests/test_determinism.py", "tests/test_newcomer.py",
+                 "notebooks/01_fedmgda_eps_interpolation.ipynb")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    root = Path(str(config.rootpath))
+
+    def first(item) -> int:
+        try:
+            return rank.get(Path(str(item.path)).relative_to(root).as_posix(), len(rank))
+        except ValueError:
+            return len(rank)
+    items.sort(key=first)          # stable: within a file and among the others, collection order
+
+
+
 # ----------------------------------------------------------------------------- environment
 
 @pytest.fixture(scope="session", autouse=True)

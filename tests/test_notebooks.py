@@ -1,4 +1,5 @@
-"""The stored notebooks' structure (their execution is nbval's job in `make test`).
+"""The stored notebooks' structure (their execution is nbval's job in `make test`; notebook 06's is
+:func:`smoke06`'s, below, which checks what it writes too).
 
 What is checked is what git stores (``fairfl.notebook.committed_form``): with the clean filter that
 scripts/setup.sh installs, a notebook run and saved in JupyterLab keeps its outputs in the file and
@@ -129,7 +130,10 @@ def test_start_says_the_profile_and_the_expected_time_in_one_line(monkeypatch, c
 @pytest.fixture(scope="module")
 def smoke06(tmp_path_factory):
     """Notebook 06 executed in its smoke profile, as `fairfl reproduce` runs it, into a fresh results and figures
-    folder: {"figures": its figures folder, "out": the folder of the executed notebook and its claims.json}."""
+    folder: {"figures": its figures folder, "out": the folder of the executed notebook and its claims.json}.
+    This is `make test`'s execution of notebook 06, which the Makefile leaves out of nbval: every cell runs here,
+    and a cell that raises fails `reproduce` and so this fixture (the browser test runs it a second time, as
+    stored, in JupyterLab)."""
     import os
     import subprocess
     import sys
