@@ -40,7 +40,8 @@ settings.load_profile("fairfl")
 # other worker idles (CI's log: the browser's 5-minute afternoon, the command line's subprocesses
 # and the scripts' smoke runs sat late in alphabetical order, the notebooks' nbval cells after all
 # of them). The longest files go first, longest first (their sums in CI's `--durations` output);
-# the rest keep their order.
+# the rest keep their order. It trims the end, not the total: the suite keeps both cores busy
+# almost throughout (a fresh-clone run took 1,914 s of tests with this, 1,943 s before).
 LONGEST_FIRST = ("tests/test_cli.py", "tests/test_jupyterlab.py", "tests/test_scripts.py", "tests/test_engine.py",
                  "notebooks/02_fedmgda_attacks.ipynb", "tests/test_flower.py", "tests/test_notebooks.py",
                  "notebooks/04_dqnfed_convergence.ipynb", "tests/test_determinism.py", "tests/test_newcomer.py",
