@@ -49,8 +49,9 @@ DEFAULT = REPO / ".gpu-bundle"
 # pygments and packaging are on that machine). Versions: this environment's (requirements.txt pins
 # quadprog, pytest and hypothesis; the others come with them).
 WHEELS = ("quadprog", "pytest", "pluggy", "iniconfig", "hypothesis", "sortedcontainers")
-# The GPU machine's own packages (torch 2.11 with CUDA 13, numpy, pandas, scipy, matplotlib, seaborn, tqdm, pyyaml) and the bundle's: the top-level modules
-# the check may import (tests/test_gpu_bundle.py refuses every other non-standard one).
+# The GPU machine's own packages (torch 2.11 with CUDA 13, numpy, pandas, scipy, matplotlib,
+# seaborn, tqdm, pyyaml) and the bundle's: the top-level modules the check may import
+# (tests/test_gpu_bundle.py refuses every other non-standard one).
 MACHINE_HAS = ("torch", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "tqdm", "yaml")
 BUNDLED_MODULES = ("quadprog", "pytest", "_pytest", "pluggy", "iniconfig", "hypothesis", "sortedcontainers")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",

@@ -17,8 +17,8 @@ Sections, in order (``--sections`` runs some of them, e.g. those that failed in 
    (``fairfl.engine.execute``: plans, gathers, steps, as a run calls it) for the CNN (b = 10 and
    64), FMOL's LeNet (one head), the MLP, logistic regression (N = 10, 100, 600, 3,000 instances)
    and the character LSTM (the reference path, N = 10), eager and replayed from CUDA graphs,
-   beside the anchors measured for a plain stacked step on one H100 (below); the stack sizes the exactness probe
-   accepted; and the same with ``FAIRFL_EXACT=0`` (a child process) for three models;
+   beside the anchors measured for a plain stacked step on one H100 (below); the stack sizes the
+   exactness probe accepted; and the same with ``FAIRFL_EXACT=0`` (a child process) for three models;
 4. ``round``: the reference round (FedMGDA+ Table 3's CNN, 100 clients, 10 per round, b = 10):
    seconds per round of one run and of notebook 01's 60-run sweep in lockstep, beside pfl's
    1.30-1.40 s on an H100;
@@ -65,7 +65,8 @@ SECTIONS = ("env", "tests", "stacked", "round", "profiles", "cores")
 BUDGETS = {"env": 20, "tests": 150, "stacked": 105, "round": 45, "profiles": 70, "cores": 35}
 SMOKE_BUDGETS = {"env": 30, "tests": 60, "stacked": 30, "round": 30, "profiles": 60, "cores": 20}   # caps, not what it takes
 
-# Anchors measured for the project (not shipped with it): a plain torch.func probe on one H100 (instance-steps/s), and the targets
+# Anchors measured for the project (not shipped with it): a plain torch.func probe on one H100
+# (instance-steps/s), and the targets
 ANCHORS = {
     ("cnn_fmnist", 10): {"one eager": 426, "one graph": 5_617, "stacked best": 105_000, "target": 200_000},
     ("cnn_fmnist", 64): {"one eager": 707, "one graph": 4_285, "stacked best": 21_000},

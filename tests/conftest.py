@@ -50,15 +50,9 @@ LONGEST_FIRST = ("tests/test_cli.py", "tests/test_jupyterlab.py", "tests/test_sc
 
 def pytest_collection_modifyitems(session, config, items):
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-    root = Path(str(config.rootpath))
-
-    def first(item) -> int:
-        try:
-            return rank.get(Path(str(item.path)).relative_to(root).as_posix(), len(rank))
-        except ValueError:
-            return len(rank)
-    items.sort(key=first)          # stable: within a file and among the others, collection order
-
+    # stable: within a file and among the others, collection order (a node id starts with the file's
+    # path from the root)
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
 # ----------------------------------------------------------------------------- environment
