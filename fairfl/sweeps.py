@@ -7,7 +7,8 @@ History in the order given, reporting the failures of single runs without losing
 
 A sweep is one computation: the uncached runs that share dataset, model and device form a
 *family*; :func:`plan_groups` deals each family out into groups (at most :data:`MAX_GROUP`
-runs, as many groups as the backend has slots), and a group advances in lockstep
+runs; enough groups for the backend's slots, cut by the seconds each family cost the last sweeps
+into the same results folder), and a group advances in lockstep
 (:func:`fairfl.loop.simulate_group`) so that all (run, client) pairs of a round train in one
 fused computation (:mod:`fairfl.engine`). Each run keeps its own sampling, algorithm state,
 checkpoint and cache entry, and its history equals the one-run-at-a-time result bit for bit.
@@ -22,6 +23,7 @@ sweep writes into the cache atomically.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -188,24 +190,29 @@ def _worker_run_group(args: tuple[list[tuple[dict, str]], str | None]) -> list[R
 @dataclass(frozen=True)
 class Measured:
     """A group's result with what its worker spent on it: the CPU seconds of its process (all its
-    threads), the wall seconds, and the seconds of its parallel computations at each width
-    (``fairfl.engine.cores.width_seconds``). A worker trains one group at a time, so its process's
-    CPU time over the group is the group's."""
+    threads), the wall seconds, the seconds of its parallel computations at each width
+    (``fairfl.engine.cores.width_seconds``), and when it started and ended (``time.time()``) in
+    which process. A worker trains one group at a time, so its process's CPU time over the group
+    is the group's."""
 
     result: object
     cpu: float
     wall: float
     widths: dict
+    start: float = 0.0
+    end: float = 0.0
+    pid: int = 0
 
 
 def _measure(fn, item) -> Measured:
     import time
     from .engine.cores import width_seconds
-    cpu, wall, widths = time.process_time(), time.perf_counter(), width_seconds()
+    cpu, wall, widths, start = time.process_time(), time.perf_counter(), width_seconds(), time.time()
     result = fn(item)
     after = width_seconds()
     return Measured(result, time.process_time() - cpu, time.perf_counter() - wall,
-                    {w: after[w] - widths.get(w, 0.0) for w in after if after[w] > widths.get(w, 0.0)})
+                    {w: after[w] - widths.get(w, 0.0) for w in after if after[w] > widths.get(w, 0.0)},
+                    start, time.time(), os.getpid())
 
 
 def _measured_run_group(args) -> Measured:
@@ -217,25 +224,56 @@ def _measured_ship_group(group: "ShippedGroup") -> Measured:
 
 
 @dataclass(frozen=True)
+class GroupSpan:
+    """One group of a sweep as its worker ran it: how many runs, the worker's process id, when it
+    started and ended (seconds from the sweep's start) and the CPU seconds it used."""
+
+    runs: int
+    pid: int
+    start: float
+    end: float
+    cpu: float
+
+
+@dataclass(frozen=True)
 class SweepUsage:
     """How busy a sweep kept the cores it had: ``cores`` (the backend's workers × their threads, or
     this process's for one in-process), the sweep's wall seconds, the CPU seconds its groups used,
-    and the seconds of parallel computation at each width, summed over the groups. ``idle`` is the
-    fraction of the core-time (cores × wall) no group used: what an idle tail, or work that cannot
-    use several threads, costs."""
+    the seconds of parallel computation at each width, summed over the groups, and each group's
+    span (:class:`GroupSpan`, in the order they ended). ``idle`` is the fraction of the core-time
+    (cores × wall) no group used: what an idle tail, or work that cannot use several threads,
+    costs; ``tail`` is the part of it after the first worker ran out of groups for good."""
 
     cores: int
     wall: float
     cpu: float
     widths: dict
+    groups: tuple = ()
 
     @property
     def idle(self) -> float:
         return max(0.0, 1.0 - self.cpu / (self.cores * self.wall)) if self.wall > 0 else 0.0
 
+    @property
+    def tail(self) -> float:
+        """The part of ``idle`` that came after the first of the sweep's workers ended its last group:
+        the core-time from then to the end that the groups still training did not use (their CPU
+        seconds taken as spread evenly over each group's span), over cores × wall. 0 with a single
+        worker or without spans."""
+        last: dict[int, float] = {}
+        for g in self.groups:
+            last[g.pid] = max(last.get(g.pid, 0.0), g.end)
+        if len(last) < 2 or self.wall <= 0:
+            return 0.0
+        t0 = min(last.values())
+        used = sum(g.cpu * max(0.0, g.end - max(g.start, t0)) / (g.end - g.start)
+                   for g in self.groups if g.end > g.start)
+        return max(0.0, self.cores * (self.wall - t0) - used) / (self.cores * self.wall)
+
     def __str__(self) -> str:
         return (f"{self.wall:.0f} s on {self.cores} core{'s' * (self.cores != 1)}, "
-                f"{self.idle:.0%} of the core-time idle")
+                f"{self.idle:.0%} of the core-time idle" +
+                (f" ({self.tail:.0%} at the end)" if len({g.pid for g in self.groups}) > 1 else ""))
 
 
 # the last sweep of this process that trained something (fairfl.notebook prints it after a sweep)
@@ -341,19 +379,65 @@ def expected_cost(config: ExperimentConfig) -> float:
     steps, :func:`_family`), in client-epochs: its rounds × clients per round × local passes, plus its
     evaluations, each a forward pass over every client's data (about a third of a training pass).
     An estimate from the config alone: it cannot see an algorithm's own work (a second-order method's
-    Hessians) nor compare two families' models; the cores of workers that finish early are lent to
-    those still training (``fairfl.engine.cores.CoreBank``), which covers what it misses."""
+    Hessians) nor compare two families (an epoch of Adult at b = 10 is hundreds of steps, one of
+    Fashion-MNIST's shards at b = 50 twelve): :func:`plan_groups` scales it by each family's measured
+    rate (:func:`measured_rates`), and the cores of workers that finish early are lent to those still
+    training (``fairfl.engine.cores.CoreBank``)."""
     passes = config.local.epochs if config.local.steps is None else 1
     evaluations = config.rounds // max(1, config.eval_every) + 1
     return config.rounds * config.num_sampled * passes + evaluations * config.partition.federation_size / 3
 
 
-def plan_groups(configs: Sequence[ExperimentConfig], slots: int, max_group: int | None = None) -> list[list[int]]:
+# What a sweep measured of each family's cost (CPU seconds per unit of expected_cost), kept in the
+# results folder so that the next sweep — the next cell, the next session — cuts and orders its groups
+# by seconds, not by client-epochs that differ 100-fold between families. Only the order and the cut of
+# groups read it: a run's result never depends on it (tests/test_executor.py).
+RATES_FILE = ".sweep-rates.json"
+
+
+def _rate_key(config: ExperimentConfig) -> str:
+    """A family on one kind of partition: the partition without its seed (notebook 06 redraws each
+    seed's partition, whose runs cost alike)."""
+    partition = {k: v for k, v in config.to_dict()["partition"].items() if k != "seed"}
+    return _family(config) + json.dumps(partition, sort_keys=True, default=str)
+
+
+def measured_rates(root: Path | None = None) -> dict[str, float]:
+    """The rates the sweeps into ``root`` measured ({} where none did, or the file is unreadable:
+    it is a hint, never a result)."""
+    try:
+        data = json.loads((results_folder(root) / RATES_FILE).read_text())
+        return {str(k): float(v) for k, v in data.items() if float(v) > 0}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def _remember_rates(measured: dict[str, list[float]], root: Path | None) -> None:
+    """Blend this sweep's rates (per key, CPU seconds over expected cost of each group) into the file,
+    half old, half new."""
+    if not measured:
+        return
+    rates = measured_rates(root)
+    for key, values in measured.items():
+        new = sum(values) / len(values)
+        rates[key] = new if key not in rates else (rates[key] + new) / 2
+    try:
+        atomic_write(results_folder(root) / RATES_FILE,
+                     lambda p: Path(p).write_text(json.dumps(rates, sort_keys=True, indent=0)))
+    except FairFLError:
+        pass                 # a read-only results folder: the next sweep plans by client-epochs
+
+
+def plan_groups(configs: Sequence[ExperimentConfig], slots: int, max_group: int | None = None,
+                rates: dict[str, float] | None = None) -> list[list[int]]:
     """Indices of ``configs`` in lockstep groups: runs of one family on one partition together, each cut into
     enough groups to keep ``slots`` workers busy (in proportion to its share of the runs) and none
     larger than ``max_group`` (default: :data:`MAX_GROUP` of the family's device); members dealt out
-    longest first to the group with the least expected work (:func:`expected_cost`), so that the
-    groups of a family cost alike. A family that is not ``batched`` (the reference loop, which fuses
+    longest first to the group with the least expected work (:func:`expected_cost`, in seconds where
+    ``rates`` has the family's measured rate), so that the groups of a family cost alike. With several
+    slots and every family's rate measured, no group is expected to cost more than a 2 × slots-th of
+    the sweep (where its family has two runs a group to spare): the last groups to start are then
+    short, and none runs on alone for long after the others are done. A family that is not ``batched`` (the reference loop, which fuses
     nothing) goes out as single runs. The costliest groups first: a pool takes them in this order,
     and the short ones fill in at the end."""
     # Within a family, the runs of one partition go together: a group then holds its data once and
@@ -362,7 +446,15 @@ def plan_groups(configs: Sequence[ExperimentConfig], slots: int, max_group: int 
     families: dict[str, list[int]] = {}
     for i, c in enumerate(configs):
         families.setdefault(_family(c) + _partition_key(c), []).append(i)
-    cost = [expected_cost(c) for c in configs]
+    rates = rates or {}
+    keys = [_rate_key(c) for c in configs]
+    known = sorted(rates[k] for k in set(keys) if k in rates)
+    fallback = known[len(known) // 2] if known else 1.0     # a family not measured yet: a typical one
+    cost = [expected_cost(c) * rates.get(k, fallback) for c, k in zip(configs, keys)]
+    # the cut by cost needs costs that compare across families: every family measured (notebook 06's
+    # first sweep, cut by client-epochs, left one worker alone for 98 s of 571)
+    measured = slots > 1 and all(k in rates for k in keys)
+    target = sum(cost) / (2 * slots) if measured else float("inf")
     groups = []
     for members in families.values():
         if not configs[members[0]].batched:
@@ -372,6 +464,11 @@ def plan_groups(configs: Sequence[ExperimentConfig], slots: int, max_group: int 
             continue
         cap = max_group or MAX_GROUP[configs[members[0]].device_type]
         k = max(-(-len(members) // cap), round(slots * len(members) / max(1, len(configs))), 1)
+        # notebook 06's 18 extension runs on Adult cost 121 CPU-seconds of the sweep's 307 in one group,
+        # which ran on alone for 36 s after the other worker was done (it fuses too little to use a lent core)
+        if target < float("inf"):
+            need = math.ceil(sum(cost[i] for i in members) / target - 1e-9)     # groups of at most `target`
+            k = max(k, min(need, len(members) // 2))
         k = min(k, len(members))
         cut: list[list[int]] = [[] for _ in range(k)]
         load = [0.0] * k
@@ -441,9 +538,10 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
         # worker writes into the run's cache entry (fairfl.progress)
         watch = SweepProgress([run_dir(c, root) for c in todo], [c.rounds for c in todo], enabled=progress,
                               desc=f"{len(todo)} {what}" + (f" ({len(configs) - len(todo)} cached)" if len(todo) < len(unique) else ""))
-        groups = plan_groups(todo, max(1, int(getattr(backend, "workers", 1))), max_group)
+        groups = plan_groups(todo, max(1, int(getattr(backend, "workers", 1))), max_group, measured_rates(root))
         import time
-        started, cpu, widths = time.perf_counter(), 0.0, {}
+        started, cpu, widths, spans, rates = time.perf_counter(), 0.0, {}, [], {}
+        clock = time.time()
         # A backend whose workers share no folder with this process (shares_files = False: Ray on a
         # cluster) gets the runs' checkpoints with the configs and sends the finished entries back,
         # which are written here; the others train straight into the cache folder.
@@ -462,6 +560,14 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
                         cpu += result.cpu
                         for w, t in result.widths.items():
                             widths[w] = widths.get(w, 0.0) + t
+                        spans.append(GroupSpan(len(group), result.pid, result.start - clock, result.end - clock,
+                                               result.cpu))
+                        # a group its worker came back from: its family's rate (a run that diverged or failed
+                        # stopped early, so the rate errs low by its share; notebook 06's MLP groups, where
+                        # one run of 24 diverges, cost 13 times what a typical family's rate said)
+                        work = sum(expected_cost(todo[i]) for i in group)
+                        if isinstance(result.result, list) and work > 0 and result.cpu > 0:
+                            rates.setdefault(_rate_key(todo[group[0]]), []).append(result.cpu / work)
                         result = result.result
                     if isinstance(result, Failure) and isinstance(result.error, WorkerDied) and len(group) > 1:
                         again += [[i] for i in group]
@@ -474,8 +580,9 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
                             failures[todo[i].key()] = (todo[i], error)
                         watch.finished([i], failed=error is not None)
                 groups = again
+            _remember_rates(rates, root)
             global last_usage
-            last_usage = SweepUsage(_backend_cores(backend), time.perf_counter() - started, cpu, widths)
+            last_usage = SweepUsage(_backend_cores(backend), time.perf_counter() - started, cpu, widths, tuple(spans))
         except KeyboardInterrupt:
             raise _interrupted(backend, watch, list(unique.values()), root) from None
         finally:

@@ -165,3 +165,20 @@ def test_the_last_group_of_a_sweep_borrows_the_cores_of_the_worker_that_finished
     usage = sweeps.last_usage
     assert usage.cores == 2 and usage.widths.get(2, 0) > 0, usage.widths
     assert set(usage.widths) <= {1, 2}
+    # each group's span, from the worker that ran it: two workers, the short group ending first
+    assert [g.runs for g in usage.groups] == [1, 1] and len({g.pid for g in usage.groups}) == 2
+    assert all(0 <= g.start < g.end <= usage.wall + 1e-6 for g in usage.groups), usage.groups
+    assert sum(g.cpu for g in usage.groups) == pytest.approx(usage.cpu)
+    assert 0 <= usage.tail <= usage.idle + 1e-9
+
+
+def test_a_sweeps_tail_is_the_core_time_after_the_first_worker_ran_out_of_groups():
+    """Hand-made spans: two workers of one core each, one ends at 6 s of a 10-s sweep, the other at
+    10 s: 4 core-seconds of 20 idle at the end. One worker, or none, has no tail."""
+    from fairfl.sweeps import GroupSpan, SweepUsage
+    spans = (GroupSpan(3, 11, 0.0, 4.0, 4.0), GroupSpan(1, 11, 4.0, 6.0, 2.0), GroupSpan(2, 12, 0.0, 10.0, 10.0))
+    usage = SweepUsage(cores=2, wall=10.0, cpu=16.0, widths={1: 16.0}, groups=spans)
+    assert usage.tail == pytest.approx(0.2) and usage.idle == pytest.approx(0.2)
+    assert "(20% at the end)" in str(usage)
+    assert SweepUsage(2, 10.0, 16.0, {}, spans[:2]).tail == 0.0
+    assert SweepUsage(2, 10.0, 16.0, {}).tail == 0.0 and "at the end" not in str(SweepUsage(2, 10.0, 16.0, {}))

@@ -160,6 +160,44 @@ def test_runs_of_the_reference_loop_go_out_singly_and_fused_runs_in_lockstep_gro
     assert groups == [[0, 1, 2, 3, 4, 5], [6], [7], [8], [9], [10]]    # largest first
     assert plan_groups(fused, slots=2) == [[0, 2, 4], [1, 3, 5]]
     assert plan_groups(reference, slots=2) == [[0], [1], [2], [3], [4]]
+    # with the family's rate measured, no group above a quarter of the sweep (two runs a group at least)
+    from fairfl.sweeps import _rate_key
+    rates = {_rate_key(CFG): 0.5, _rate_key(reference[0]): 0.5}
+    assert plan_groups(fused + reference, slots=2, rates=rates) == [[0, 3], [1, 4], [2, 5], [6], [7], [8], [9], [10]]
+    assert plan_groups(fused[:4], slots=2, rates=rates) == [[0, 2], [1, 3]]
+    assert plan_groups(fused, slots=1, rates=rates) == [[0, 1, 2, 3, 4, 5]]   # one worker (or one GPU): one group
+
+
+def test_groups_are_cut_and_ordered_by_the_seconds_each_family_measured(tmp_path):
+    """Notebook 06's edge extensions: by client-epochs, Adult's 18 runs were the cheapest group, so they
+    went last, in one group (at b = 10 an epoch of Adult is hundreds of steps): 121 of the sweep's 307
+    CPU-seconds, alone for 36 s after the other worker was done. With the rates a sweep measured
+    (CPU seconds per unit of expected_cost, per family), that family's groups come first and are cut
+    small enough that the last to start are short. The rates are kept in the results folder."""
+    from fairfl import sweeps
+    from fairfl.sweeps import expected_cost, plan_groups
+    cheap = [CFG.replace(seed=s) for s in range(8)]                                   # one family
+    costly = [CFG.replace(seed=s, local=dataclasses.replace(CFG.local, batch_size=5)) for s in range(8)]
+    configs = cheap + costly
+    blind = plan_groups(configs, slots=2)
+    assert blind == [list(range(8)), list(range(8, 16))]           # alike by client-epochs: one group each
+    rates = {sweeps._rate_key(cheap[0]): 1.0, sweeps._rate_key(costly[0]): 10.0}
+    groups = plan_groups(configs, slots=2, rates=rates)
+    assert all(i >= 8 for i in groups[0] + groups[1] + groups[2] + groups[3])      # the costly family first,
+    assert len([g for g in groups if g[0] >= 8]) == 4 and sorted(sum(groups, [])) == list(range(16))   # cut in 4
+    work = [sum(expected_cost(configs[i]) * (10 if i >= 8 else 1) for i in g) for g in groups]
+    assert work == sorted(work, reverse=True) and max(work) <= sum(work) / 4 + 1e-9
+    # a family the sweeps have not measured is taken as a typical one (and nothing is cut by cost, which
+    # would compare unlike units), and a sweep stores what it measured
+    assert plan_groups(cheap, slots=2, rates={"another family": 3.0}) == plan_groups(cheap, slots=2)
+    assert len(plan_groups(configs, slots=2, rates={sweeps._rate_key(costly[0]): 10.0})) == len(blind)
+    assert sweeps.measured_rates(tmp_path) == {}
+    run_many(cheap[:2], backend=SerialBackend(), root=tmp_path, progress=False)
+    (key, rate), = sweeps.measured_rates(tmp_path).items()
+    assert key == sweeps._rate_key(cheap[0]) == sweeps._rate_key(cheap[0].replace(
+        partition=dataclasses.replace(CFG.partition, seed=7))) and rate > 0
+    (tmp_path / sweeps.RATES_FILE).write_text("not json")                           # a hint, never an error
+    assert sweeps.measured_rates(tmp_path) == {}
 
 
 def test_a_group_holds_the_runs_of_one_partition():
@@ -174,3 +212,7 @@ def test_a_group_holds_the_runs_of_one_partition():
     for g in groups:
         assert len({configs[i].partition.seed for i in g}) == 1, [configs[i].partition.seed for i in g]
     assert len(groups) == 3
+    # with the family's rate measured, each partition's third of the sweep in two groups: three groups on
+    # two workers would leave one idle for a third of the sweep
+    from fairfl.sweeps import _rate_key
+    assert len(plan_groups(configs, slots=2, rates={_rate_key(configs[0]): 1.0})) == 6

@@ -451,6 +451,14 @@ def test_the_checks_catch_each_form_the_committed_figures_had(style):
     assert "under 7 pt" in found and "% outside [0, 100]" in found and "over each other" in found, found
     assert not problems(_bars_fig())          # and a figure in the print style passes
 
+    # notebook 02's scaling-attack title on one line in a one-column figure: it runs off both edges
+    fig, ax = plotting.figure(width=plotting.ONE_COLUMN, height=2.0)
+    ax.bar(["no attack", "attacked"], [80, 60])
+    ax.set_title("Scaling attack on Fashion-MNIST, p = 0.2, 30 rounds, mean ± std over 3 seed(s) "
+                 "(FedMGDA+ Fig. 2 right uses CIFAR-10)")
+    found = " | ".join(problems(fig))
+    assert "cut off at the edge: 'Scaling attack" in found, found
+
 
 def test_method_styles_one_colour_and_marker_each_and_small_multiples_past_the_palette():
     styles = plotting.method_styles(["DQN-Fed", "FedAvg", "q-FFL"], reference="FedAvg")
