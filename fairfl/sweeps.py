@@ -370,8 +370,10 @@ def _family(config: ExperimentConfig) -> str:
                        *schedule_key(config.local), config.batched, config.device_type], sort_keys=True, default=str)
 
 
-def _partition_key(config: ExperimentConfig) -> str:
-    return json.dumps(config.to_dict()["partition"], sort_keys=True, default=str)
+def _partition_key(config: ExperimentConfig, seed: bool = True) -> str:
+    partition = config.to_dict()["partition"]
+    return json.dumps(partition if seed else {k: v for k, v in partition.items() if k != "seed"},
+                      sort_keys=True, default=str)
 
 
 def expected_cost(config: ExperimentConfig) -> float:
@@ -398,8 +400,7 @@ RATES_FILE = ".sweep-rates.json"
 def _rate_key(config: ExperimentConfig) -> str:
     """A family on one kind of partition: the partition without its seed (notebook 06 redraws each
     seed's partition, whose runs cost alike)."""
-    partition = {k: v for k, v in config.to_dict()["partition"].items() if k != "seed"}
-    return _family(config) + json.dumps(partition, sort_keys=True, default=str)
+    return _family(config) + _partition_key(config, seed=False)
 
 
 def measured_rates(root: Path | None = None) -> dict[str, float]:
