@@ -94,20 +94,33 @@ def _mix(h):
     return h ^ (h >> 16)
 
 
-def keep_mask(keys: torch.Tensor, counter: int, shape: tuple[int, ...], p: float) -> torch.Tensor:
+def keep_mask(keys: torch.Tensor, counter, shape: tuple[int, ...], p: float) -> torch.Tensor:
     """(m, *shape) boolean: which elements dropout of rate ``p`` keeps, for m instances with
-    stream ``keys`` (m,) int64, at ``counter`` (the step and layer). Each element is kept with
-    probability 1 − p (to 2⁻³¹), independently across elements, keys and counters."""
+    stream ``keys`` (m,) int64, at ``counter`` (the step and layer: a Python int, or a 0-d int64
+    tensor where a captured CUDA graph counts the steps). Each element is kept with probability
+    1 − p (to 2⁻³¹), independently across elements, keys and counters."""
+    # the counter is hashed as a Python int: the same value as an int64 tensor's hash (no product
+    # reaches 2^63), with no tensor to copy to a GPU at every dropout layer of every step
+    base = _mix((keys.to(torch.int64) + _mix(counter & _M31)) & _M31)
+    return _keep(base, shape, p)
+
+
+def keep_masks(keys: torch.Tensor, counters: torch.Tensor, shape: tuple[int, ...], p: float) -> torch.Tensor:
+    """(n, m, *shape) boolean: :func:`keep_mask` at each of ``counters`` (n,) int64 at once, the same
+    bits (tested): a fused CPU step pays per operation, and the hash is some 25 of them per
+    dropout layer and step (``fairfl.stacked.DropoutMasks`` draws a block of steps in one go)."""
+    base = _mix((keys.to(torch.int64)[None, :] + _mix(counters.to(torch.int64) & _M31)[:, None]) & _M31)
+    return _keep(base.reshape(-1), shape, p).reshape(len(counters), len(keys), *shape)
+
+
+def _keep(base: torch.Tensor, shape: tuple[int, ...], p: float) -> torch.Tensor:
+    """(len(base), *shape): element i of row r kept where the hash of base[r] + i is below 1 − p."""
     numel = int(np.prod(shape)) if shape else 1
     if numel >= 2 ** 31:
         raise ValueError(f"a dropout layer of {numel} elements per instance is beyond the mask's index range")
-    keys = keys.to(torch.int64)
-    # the counter is hashed as a Python int: the same value as an int64 tensor's hash (no product
-    # reaches 2^63), with no tensor to copy to a GPU at every dropout layer of every step
-    base = _mix((keys + _mix(counter & _M31)) & _M31)
-    idx = torch.arange(numel, dtype=torch.int64, device=keys.device)
+    idx = torch.arange(numel, dtype=torch.int64, device=base.device)
     h = _mix((base[:, None] + idx) & _M31)
-    return (h < int((1.0 - p) * 2 ** 31)).reshape(len(keys), *shape)
+    return (h < int((1.0 - p) * 2 ** 31)).reshape(len(base), *shape)
 
 
 def partition_rng(seed: int, purpose: int) -> np.random.Generator:

@@ -16,8 +16,9 @@ qualifies; the local-training code falls back to vmap otherwise.
 
 Dropout in training mode draws its masks from each instance's stream key
 (:func:`fairfl.seeding.keep_mask`), in the instance's own (batch, channel, ...) layout, so an
-instance gets the same masks whichever instances share its stack; :func:`keyed_dropout` gives a
-single ``nn.Module`` the very same masks (the reference path of local training).
+instance gets the same masks whichever instances share its stack (a stack's eager steps draw them
+for a block of steps at once, :class:`DropoutMasks`); :func:`keyed_dropout` gives a single
+``nn.Module`` the very same masks (the reference path of local training).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .seeding import keep_mask
+from .seeding import keep_mask, keep_masks
 
 SUPPORTED = (nn.Conv2d, nn.Linear, nn.ReLU, nn.MaxPool2d, nn.Dropout, nn.Dropout2d, nn.Flatten,
              nn.LocalResponseNorm, nn.Identity)
@@ -207,7 +208,8 @@ def forward(model: nn.Module, params: Sequence[torch.Tensor], x: torch.Tensor,
                 if dropout is None:
                     raise ValueError("a model with dropout in training mode needs the instances' stream keys")
                 keys, step = dropout
-                h = h * _stacked_mask(layer, kind, h, keys, step * DROPOUT_LAYERS + ordinal, m, b)
+                h = h * (keys.mask(layer, kind, h, ordinal, step) if isinstance(keys, DropoutMasks)
+                         else _stacked_mask(layer, kind, h, keys, step * DROPOUT_LAYERS + ordinal, m, b))
             ordinal += 1
         elif isinstance(layer, (nn.ReLU, nn.Identity)):
             h = layer(h)  # elementwise: the same on any layout
@@ -221,18 +223,74 @@ def _scale(keep: torch.Tensor, p: float, dtype: torch.dtype) -> torch.Tensor:
     return keep.to(dtype) * (1.0 / (1.0 - p))
 
 
-def _stacked_mask(layer, kind: str, h: torch.Tensor, keys: torch.Tensor, counter: int, m: int, b: int) -> torch.Tensor:
-    """The mask of m instances in the stack's layout, drawn in each instance's own layout."""
-    channelwise = isinstance(layer, nn.Dropout2d)
+def _mask_shape(layer, kind: str, h: torch.Tensor, m: int) -> tuple[int, ...]:
+    """The shape of one instance's mask, in its own layout: (b, C[, H, W]) after a convolution
+    (channelwise: (b, C)), else (b, F)."""
+    if kind == "conv":
+        b, mc, hh, ww = h.shape
+        return (b, mc // m) if isinstance(layer, nn.Dropout2d) else (b, mc // m, hh, ww)
+    if isinstance(layer, nn.Dropout2d):
+        raise ValueError("Dropout2d is only supported on convolutional activations")
+    return tuple(h.shape[1:])
+
+
+def _stacked_mask(layer, kind: str, h: torch.Tensor, keys: torch.Tensor, counter, m: int, b: int) -> torch.Tensor:
+    """The mask of m instances in the stack's layout, drawn in each instance's own layout (one step:
+    the step counter of a captured CUDA graph, ``fairfl.engine.graphs``; the eager steps draw
+    theirs by blocks, :class:`DropoutMasks`)."""
+    shape = _mask_shape(layer, kind, h, m)
+    keep = keep_mask(keys, counter, shape, layer.p)                         # (m, b, C[, H, W])
     if kind == "conv":
         _, mc, hh, ww = h.shape
-        shape = (b, mc // m) if channelwise else (b, mc // m, hh, ww)
-        keep = keep_mask(keys, counter, shape, layer.p)                     # (m, b, C[, H, W])
-        keep = keep.transpose(0, 1).reshape(b, mc, *((1, 1) if channelwise else (hh, ww)))
+        keep = keep.transpose(0, 1).reshape(b, mc, *((1, 1) if len(shape) == 2 else (hh, ww)))
         return _scale(keep, layer.p, h.dtype).contiguous(memory_format=_CL)
-    if channelwise:
-        raise ValueError("Dropout2d is only supported on convolutional activations")
-    return _scale(keep_mask(keys, counter, tuple(h.shape[1:]), layer.p), layer.p, h.dtype)
+    return _scale(keep, layer.p, h.dtype)
+
+
+# A stack's masks of one dropout layer are drawn for a block of consecutive steps at once, of at most
+# this many elements (the hash's int64 intermediates: 8 MB): the Table 3 CNN's 48 steps of 10
+# instances at b = 10 are one block of each layer (240,000 elements), FEMNIST's CNN a step a block.
+MASK_BLOCK = 2 ** 20
+
+
+class DropoutMasks:
+    """The dropout masks of a stack's local steps (``forward(..., dropout=(masks, step))``): the
+    masks of :func:`_stacked_mask`, bit for bit and in the same memory layout (tested), but each
+    layer's drawn for a block of consecutive steps of one batch size in one go
+    (:func:`fairfl.seeding.keep_masks`). The hash is some 25 tensor operations per layer and step,
+    and a fused CPU step pays per operation (the Table 3 CNN at b = 10: about 60 of the step's
+    operations, which two stacks computing side by side also take turns for)."""
+
+    def __init__(self, keys: torch.Tensor, sizes: Sequence[int]):
+        self.keys, self.sizes = keys, list(sizes)            # the stack's stream keys; each step's batch size
+        self._blocks: dict[int, tuple[int, torch.Tensor]] = {}   # layer ordinal -> (first step, masks)
+
+    def mask(self, layer: nn.Module, kind: str, h: torch.Tensor, ordinal: int, step: int) -> torch.Tensor:
+        first, block = self._blocks.get(ordinal, (0, None))
+        if block is None or not first <= step < first + len(block):
+            first, block = step, self._draw(layer, kind, h, ordinal, step)
+            self._blocks[ordinal] = (first, block)
+        return block[step - first]
+
+    def _draw(self, layer, kind: str, h: torch.Tensor, ordinal: int, step: int) -> torch.Tensor:
+        m = len(self.keys)
+        shape = _mask_shape(layer, kind, h, m)
+        per_step = m * int(torch.Size(shape).numel())
+        n = 1
+        while (step + n < len(self.sizes) and self.sizes[step + n] == self.sizes[step]
+               and (n + 1) * per_step <= MASK_BLOCK):
+            n += 1
+        counters = torch.arange(step, step + n, dtype=torch.int64, device=self.keys.device) * DROPOUT_LAYERS + ordinal
+        keep = keep_masks(self.keys, counters, shape, layer.p)              # (n, m, b, C[, H, W])
+        if kind == "conv" and len(shape) == 2:            # channelwise: each step's (b, m·C, 1, 1)
+            b, c = shape
+            keep = keep.transpose(1, 2).reshape(n, b, m * c, 1, 1)
+        elif kind == "conv":
+            # each step's (b, m·C, H, W) in channels-last strides, as _stacked_mask lays it out:
+            # built as (n, b, H, W, m·C) and viewed as (n, b, m·C, H, W)
+            b, c, hh, ww = shape
+            keep = keep.permute(0, 2, 4, 5, 1, 3).reshape(n, b, hh, ww, m * c).permute(0, 1, 4, 2, 3)
+        return _scale(keep, layer.p, h.dtype)
 
 
 class _KeyedDropout(nn.Module):

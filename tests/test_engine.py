@@ -29,6 +29,7 @@ from fairfl.history import load_checkpoint
 from fairfl.loop import simulate, simulate_group
 from fairfl.models import build_model
 from fairfl.paper import fmol_config
+from fairfl import seeding
 from fairfl.seeding import Stream, keep_mask
 
 CNN = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)},
@@ -144,6 +145,35 @@ def test_an_instances_masks_do_not_depend_on_its_stack():
     stack = keep_mask(keys, 5, (10, 20, 4, 4), 0.5)
     for i in range(3):
         assert torch.equal(keep_mask(keys[i:i + 1], 5, (10, 20, 4, 4), 0.5)[0], stack[i])
+
+
+def test_masks_drawn_by_blocks_of_steps_are_each_steps_own_bits_and_layout(monkeypatch):
+    """A fused step's masks come in blocks of steps (``stacked.DropoutMasks``): each step's is the
+    mask drawn for that step alone (``keep_mask`` at its counter), in the same channels-last
+    strides, across a change of batch size and across block boundaries (a block of two steps
+    here, forced by a small budget)."""
+    keys = torch.tensor([Stream(5, 2, k).key for k in (7, 1, 3)])
+    counters = torch.tensor([0, 3, 64, 2 ** 40 + 5])
+    many = seeding.keep_masks(keys, counters, (6, 5), 0.25)
+    assert many.shape == (4, 3, 6, 5)
+    for i, c in enumerate(counters.tolist()):
+        assert torch.equal(many[i], keep_mask(keys, c, (6, 5), 0.25))
+    m, sizes = 3, [4, 4, 4, 4, 4, 2]                       # an epoch of 22 samples at b = 4: the last batch is 2
+    layers = [(torch.nn.Dropout2d(0.5), "conv", (m * 20, 4, 4)), (torch.nn.Dropout(0.5), "conv", (m * 20, 4, 4)),
+              (torch.nn.Dropout(0.25), "flat", (None, 50))]
+    small = 2 * m * 4 * 20 * 4 * 4
+    for budget in (stacked.MASK_BLOCK, small):
+        monkeypatch.setattr(stacked, "MASK_BLOCK", budget)
+        masks = stacked.DropoutMasks(keys, sizes)
+        for step, b in enumerate(sizes):
+            for ordinal, (layer, kind, shape) in enumerate(layers):
+                h = (torch.zeros(b, *shape).contiguous(memory_format=torch.channels_last) if kind == "conv"
+                     else torch.zeros(m, b, shape[1]))
+                got = masks.mask(layer, kind, h, ordinal, step)
+                want = stacked._stacked_mask(layer, kind, h, keys, step * stacked.DROPOUT_LAYERS + ordinal, m, b)
+                assert torch.equal(got, want) and got.stride() == want.stride(), (budget, step, ordinal)
+                if step == 0:        # the first block: every step of one batch size (the small budget: two of layer 1)
+                    assert len(masks._blocks[ordinal][1]) == (2 if budget == small and ordinal == 1 else 5)
 
 
 def test_the_reference_path_draws_the_stacks_dropout_masks(fmnist):

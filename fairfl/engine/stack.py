@@ -239,17 +239,22 @@ def sgd_stack(model, names, w, centre, gather: Gather, steps: int, keys: torch.T
     model.train()
 
     def update(step: int, leaves: list[torch.Tensor], grads) -> list[torch.Tensor]:
-        new_w = []
-        for i, (t, g) in enumerate(zip(leaves, grads)):
-            if acc is not None:
-                acc[i].add_(g)
-            if decay is not None:
-                g = g + decay[i] * t
-            if bufs is not None:
-                bufs[i] = g.clone() if step == 0 else bufs[i].mul_(momentum[i]).add_(g)
-                g = bufs[i]
-            new_w.append(t - lr[i] * g)
-        return new_w
+        # per parameter tensor t with gradient g: g ← g + decay·t; buf ← g (first step) or
+        # momentum·buf + g; t ← t − lr·buf. Each line one torch._foreach_* call over the tensors:
+        # the same elementwise operations on the same operands (bits unchanged), without a Python
+        # operation per tensor, which a small model's step pays (and stacks side by side take turns for)
+        if acc is not None:
+            torch._foreach_add_(acc, grads)
+        if decay is not None:
+            grads = torch._foreach_add(grads, torch._foreach_mul(decay, leaves))
+        if bufs is not None:
+            if step == 0:
+                bufs[:] = [g.clone() for g in grads]
+            else:
+                torch._foreach_mul_(bufs, momentum)
+                torch._foreach_add_(bufs, grads)
+            grads = bufs
+        return torch._foreach_sub(leaves, torch._foreach_mul(lr, grads))
 
     if stacked_forward.dense(model) and not cfg.prox_mu:
         # the same gradients by hand (stacked.dense_gradients): no autograd anywhere in the loop, which
@@ -261,9 +266,10 @@ def sgd_stack(model, names, w, centre, gather: Gather, steps: int, keys: torch.T
                     first = grads
                 w = update(step, w, grads)
         return w, acc, first
+    masks = stacked_forward.DropoutMasks(keys, gather.sizes)
     for step, (x, y) in zip(range(steps), gather.batches()):
         leaves = [t.requires_grad_() for t in w]
-        loss = stacked_losses(model, names, leaves, x, y, (keys, step), reduction="total")
+        loss = stacked_losses(model, names, leaves, x, y, (masks, step), reduction="total")
         if cfg.prox_mu:     # (μₖ/2)·‖wₖ − centreₖ‖² for every instance k
             per = sum(((t - g) ** 2).reshape(len(t), -1).sum(1) for t, g in zip(leaves, centre))
             loss = loss + (hyper["half_mu"] * per).sum()
