@@ -99,7 +99,7 @@ def keep_mask(keys: torch.Tensor, counter, shape: tuple[int, ...], p: float) -> 
     stream ``keys`` (m,) int64, at ``counter`` (the step and layer: a Python int, or a 0-d int64
     tensor where a captured CUDA graph counts the steps). Each element is kept with probability
     1 − p (to 2⁻³¹), independently across elements, keys and counters."""
-    # the counter is hashed as a Python int: the same value as an int64 tensor's hash (no product
+    # a Python int counter is hashed as one: the same value as an int64 tensor's hash (no product
     # reaches 2^63), with no tensor to copy to a GPU at every dropout layer of every step
     base = _mix((keys.to(torch.int64) + _mix(counter & _M31)) & _M31)
     return _keep(base, shape, p)

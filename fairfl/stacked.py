@@ -253,28 +253,33 @@ def _stacked_mask(layer, kind: str, h: torch.Tensor, keys: torch.Tensor, counter
 
 # A stack's masks of one dropout layer are drawn for a block of consecutive steps at once, of at most
 # this many elements (the hash's int64 intermediates: 8 MB): the Table 3 CNN's 48 steps of 10
-# instances at b = 10 are one block of each layer (240,000 elements), FEMNIST's CNN a step a block.
+# instances at b = 10 are one block of each layer (240,000 elements); large activations get fewer
+# steps a block (the convolutional dropout of FEMNIST's CNN one, from 57 instance-samples a step).
 MASK_BLOCK = 2 ** 20
 
 
 class DropoutMasks:
     """The dropout masks of a stack's local steps (``forward(..., dropout=(masks, step))``): the
-    masks of :func:`_stacked_mask`, bit for bit and in the same memory layout (tested), but each
-    layer's drawn for a block of consecutive steps of one batch size in one go
+    masks of :func:`_stacked_mask`, bit for bit and in its strides (tested: the layout of ``h *
+    mask`` decides the layout, and so the kernels, of the layers after it), but each layer's
+    drawn for a block of consecutive steps of one batch size in one go
     (:func:`fairfl.seeding.keep_masks`). The hash is some 25 tensor operations per layer and step,
     and a fused CPU step pays per operation (the Table 3 CNN at b = 10: about 60 of the step's
-    operations, which two stacks computing side by side also take turns for)."""
+    operations, which two stacks computing side by side also take turns for). One object serves
+    one stack's steps (``fairfl.engine.stack.sgd_stack``); a block is used only for activations of
+    the shape and dtype it was drawn for."""
 
     def __init__(self, keys: torch.Tensor, sizes: Sequence[int]):
         self.keys, self.sizes = keys, list(sizes)            # the stack's stream keys; each step's batch size
-        self._blocks: dict[int, tuple[int, torch.Tensor]] = {}   # layer ordinal -> (first step, masks)
+        # layer ordinal -> (first step, the block's masks, the activations' shape and dtype)
+        self._blocks: dict[int, tuple[int, torch.Tensor, torch.Size, torch.dtype]] = {}
 
     def mask(self, layer: nn.Module, kind: str, h: torch.Tensor, ordinal: int, step: int) -> torch.Tensor:
-        first, block = self._blocks.get(ordinal, (0, None))
-        if block is None or not first <= step < first + len(block):
-            first, block = step, self._draw(layer, kind, h, ordinal, step)
-            self._blocks[ordinal] = (first, block)
-        return block[step - first]
+        hit = self._blocks.get(ordinal)
+        if hit is None or not hit[0] <= step < hit[0] + len(hit[1]) or hit[2] != h.shape or hit[3] != h.dtype:
+            hit = (step, self._draw(layer, kind, h, ordinal, step), h.shape, h.dtype)
+            self._blocks[ordinal] = hit
+        return hit[1][step - hit[0]]
 
     def _draw(self, layer, kind: str, h: torch.Tensor, ordinal: int, step: int) -> torch.Tensor:
         m = len(self.keys)
@@ -286,15 +291,18 @@ class DropoutMasks:
             n += 1
         counters = torch.arange(step, step + n, dtype=torch.int64, device=self.keys.device) * DROPOUT_LAYERS + ordinal
         keep = keep_masks(self.keys, counters, shape, layer.p)              # (n, m, b, C[, H, W])
-        if kind == "conv" and len(shape) == 2:            # channelwise: each step's (b, m·C, 1, 1)
-            b, c = shape
-            keep = keep.transpose(1, 2).reshape(n, b, m * c, 1, 1)
-        elif kind == "conv":
-            # each step's (b, m·C, H, W) in channels-last strides, as _stacked_mask lays it out:
-            # built as (n, b, H, W, m·C) and viewed as (n, b, m·C, H, W)
-            b, c, hh, ww = shape
-            keep = keep.permute(0, 2, 4, 5, 1, 3).reshape(n, b, hh, ww, m * c).permute(0, 1, 4, 2, 3)
-        return _scale(keep, layer.p, h.dtype)
+        if kind == "conv":               # each step's (b, m·C, H, W), or (b, m·C, 1, 1) channelwise
+            b, c = shape[:2]
+            keep = keep.transpose(1, 2).reshape(n, b, m * c, *(shape[2:] or (1, 1)))
+        block = _scale(keep, layer.p, h.dtype)
+        # each step's mask in the strides _stacked_mask gives it (channels-last, and its choice of
+        # strides on dimensions of size 1), read off the first step's
+        first = _stacked_mask(layer, kind, h, self.keys, step * DROPOUT_LAYERS + ordinal, m, h.shape[0] if
+                              kind == "conv" else h.shape[1])
+        if block[0].stride() != first.stride():
+            block = torch.empty_strided((n, *first.shape), (first.numel(), *first.stride()), dtype=block.dtype,
+                                        device=block.device).copy_(block)
+        return block
 
 
 class _KeyedDropout(nn.Module):

@@ -149,31 +149,39 @@ def test_an_instances_masks_do_not_depend_on_its_stack():
 
 def test_masks_drawn_by_blocks_of_steps_are_each_steps_own_bits_and_layout(monkeypatch):
     """A fused step's masks come in blocks of steps (``stacked.DropoutMasks``): each step's is the
-    mask drawn for that step alone (``keep_mask`` at its counter), in the same channels-last
-    strides, across a change of batch size and across block boundaries (a block of two steps
-    here, forced by a small budget)."""
+    mask drawn for that step alone (``keep_mask`` at its counter), in the same strides (the layout
+    of ``h * mask`` picks the kernels of the layers after it), across a change of batch size, across
+    block boundaries (forced by a small budget), and for the shapes whose strides are ambiguous: one
+    instance, one sample in the last batch, one channel, 1 × 1 activations (FEMNIST's CNN)."""
     keys = torch.tensor([Stream(5, 2, k).key for k in (7, 1, 3)])
     counters = torch.tensor([0, 3, 64, 2 ** 40 + 5])
     many = seeding.keep_masks(keys, counters, (6, 5), 0.25)
     assert many.shape == (4, 3, 6, 5)
     for i, c in enumerate(counters.tolist()):
         assert torch.equal(many[i], keep_mask(keys, c, (6, 5), 0.25))
-    m, sizes = 3, [4, 4, 4, 4, 4, 2]                       # an epoch of 22 samples at b = 4: the last batch is 2
-    layers = [(torch.nn.Dropout2d(0.5), "conv", (m * 20, 4, 4)), (torch.nn.Dropout(0.5), "conv", (m * 20, 4, 4)),
-              (torch.nn.Dropout(0.25), "flat", (None, 50))]
-    small = 2 * m * 4 * 20 * 4 * 4
-    for budget in (stacked.MASK_BLOCK, small):
-        monkeypatch.setattr(stacked, "MASK_BLOCK", budget)
-        masks = stacked.DropoutMasks(keys, sizes)
-        for step, b in enumerate(sizes):
-            for ordinal, (layer, kind, shape) in enumerate(layers):
-                h = (torch.zeros(b, *shape).contiguous(memory_format=torch.channels_last) if kind == "conv"
-                     else torch.zeros(m, b, shape[1]))
-                got = masks.mask(layer, kind, h, ordinal, step)
-                want = stacked._stacked_mask(layer, kind, h, keys, step * stacked.DROPOUT_LAYERS + ordinal, m, b)
-                assert torch.equal(got, want) and got.stride() == want.stride(), (budget, step, ordinal)
-                if step == 0:        # the first block: every step of one batch size (the small budget: two of layer 1)
-                    assert len(masks._blocks[ordinal][1]) == (2 if budget == small and ordinal == 1 else 5)
+    sizes = [4, 4, 4, 4, 4, 1]                     # an epoch of 21 samples at b = 4: the last batch is one sample
+    for m, c, hw in ((3, 20, (4, 4)), (1, 64, (12, 12)), (2, 1, (1, 1)), (3, 1, (2, 3)), (2, 3, (1, 1))):
+        layers = [(torch.nn.Dropout2d(0.5), "conv"), (torch.nn.Dropout(0.5), "conv"), (torch.nn.Dropout(0.25), "flat")]
+        small = 2 * m * 4 * c * hw[0] * hw[1]                  # two steps of layer 1 a block
+        for budget in (stacked.MASK_BLOCK, small):
+            monkeypatch.setattr(stacked, "MASK_BLOCK", budget)
+            masks = stacked.DropoutMasks(keys[:m], sizes)
+            for step, b in enumerate(sizes):
+                for ordinal, (layer, kind) in enumerate(layers):
+                    h = (torch.zeros(b, m * c, *hw).contiguous(memory_format=torch.channels_last) if kind == "conv"
+                         else torch.zeros(m, b, 50))
+                    got = masks.mask(layer, kind, h, ordinal, step)
+                    want = stacked._stacked_mask(layer, kind, h, keys[:m], step * stacked.DROPOUT_LAYERS + ordinal, m, b)
+                    assert torch.equal(got, want) and got.stride() == want.stride(), (m, c, hw, budget, step, ordinal)
+                    if step == 0 and ordinal == 1:       # the first block: every step of one batch size, or two
+                        assert len(masks._blocks[1][1]) == (2 if budget == small else 5)
+            monkeypatch.undo()
+    # a block serves only activations of the shape and dtype it was drawn for
+    masks = stacked.DropoutMasks(keys, [4, 4])
+    h = torch.zeros(3, 4, 50)
+    first = masks.mask(torch.nn.Dropout(0.5), "flat", h, 0, 0)
+    again = masks.mask(torch.nn.Dropout(0.5), "flat", h.double(), 0, 1)
+    assert first.dtype == torch.float32 and again.dtype == torch.float64
 
 
 def test_the_reference_path_draws_the_stacks_dropout_masks(fmnist):

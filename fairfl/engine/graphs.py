@@ -17,7 +17,8 @@ there): an epoch with a short last batch has up to four graphs. Each graph is ca
 warm-up steps on a side stream, with the state restored afterwards, then replayed: per step only
 the batch is copied in.
 
-The arithmetic is the eager step's (:func:`fairfl.engine.stack.sgd_stack`), kernel for kernel, so
+The arithmetic is the eager step's (:func:`fairfl.engine.stack.sgd_stack`), operation for
+operation (its update's ``torch._foreach_*`` calls are the same elementwise operations), so
 a replay gives the eager bits (``tests/test_cuda.py`` checks it on a GPU; ``tests/test_graphs.py``
 runs the runner's steps without capture on a CPU against the eager loop, bit for bit): one config
 gives one result on a device whether graphs are on, off, or fell back. A capture that fails
