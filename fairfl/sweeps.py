@@ -242,13 +242,17 @@ class SweepUsage:
     the seconds of parallel computation at each width, summed over the groups, and each group's
     span (:class:`GroupSpan`, in the order they ended). ``idle`` is the fraction of the core-time
     (cores × wall) no group used: what an idle tail, or work that cannot use several threads,
-    costs; ``tail`` is the part of it after the first worker ran out of groups for good."""
+    costs; ``tail`` is the part of it after the first worker ran out of groups for good. ``others`` is
+    the share of the machine's core-time (all its cores × wall) that processes other than the sweep's
+    (this one and those it started) used meanwhile, which an idle share counts as idle (None where it
+    cannot be known, e.g. workers on other machines)."""
 
     cores: int
     wall: float
     cpu: float
     widths: dict
     groups: tuple = ()
+    others: float | None = None
 
     @property
     def idle(self) -> float:
@@ -273,7 +277,21 @@ class SweepUsage:
     def __str__(self) -> str:
         return (f"{self.wall:.0f} s on {self.cores} core{'s' * (self.cores != 1)}, "
                 f"{self.idle:.0%} of the core-time idle" +
-                (f" ({self.tail:.0%} at the end)" if len({g.pid for g in self.groups}) > 1 else ""))
+                (f" ({self.tail:.0%} at the end)" if len({g.pid for g in self.groups}) > 1 else "") +
+                # where others used the cores, part of the idle share is theirs, not the scheduler's
+                (f"; other processes used {self.others:.0%} of the machine's core-time meanwhile"
+                 if self.others is not None and self.others >= 0.005 else ""))
+
+
+def _others_share(busy: float | None, tree: dict[int, float], wall: float) -> float | None:
+    """The share of the machine's core-time over ``wall`` seconds that processes outside this one's
+    tree used, from the machine's busy CPU seconds and the tree's (``engine.cores``) at the start."""
+    from .engine import cores
+    after = cores.machine_busy()
+    if busy is None or after is None or wall <= 0:
+        return None
+    ours = sum(t - tree.get(pid, 0.0) for pid, t in cores.tree_cpu().items())
+    return min(1.0, max(0.0, (after - busy - ours) / ((os.cpu_count() or 1) * wall)))
 
 
 # the last sweep of this process that trained something (fairfl.notebook prints it after a sweep)
@@ -543,6 +561,9 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
         import time
         started, cpu, widths, spans, rates = time.perf_counter(), 0.0, {}, [], {}
         clock = time.time()
+        from .engine import cores
+        local = isinstance(backend, (ProcessBackend, SerialBackend))      # its workers share this machine's cores
+        busy, tree = (cores.machine_busy(), cores.tree_cpu()) if local else (None, {})
         # A backend whose workers share no folder with this process (shares_files = False: Ray on a
         # cluster) gets the runs' checkpoints with the configs and sends the finished entries back,
         # which are written here; the others train straight into the cache folder.
@@ -583,7 +604,9 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
                 groups = again
             _remember_rates(rates, root)
             global last_usage
-            last_usage = SweepUsage(_backend_cores(backend), time.perf_counter() - started, cpu, widths, tuple(spans))
+            wall = time.perf_counter() - started
+            last_usage = SweepUsage(_backend_cores(backend), wall, cpu, widths, tuple(spans),
+                                    _others_share(busy, tree, wall))
         except KeyboardInterrupt:
             raise _interrupted(backend, watch, list(unique.values()), root) from None
         finally:

@@ -120,6 +120,37 @@ class CoreBank:
         return self._spare.value // busy if busy > 0 else 0
 
 
+def machine_busy() -> float | None:
+    """CPU seconds that all of this machine's cores have spent busy (user, nice, system, interrupts;
+    not idle, I/O wait or a hypervisor's steal), from the operating system's counters (psutil), or
+    None where it has none."""
+    try:
+        import psutil
+        t = psutil.cpu_times()
+    except Exception:                                   # noqa: BLE001 - a report, never an error
+        return None
+    return sum(getattr(t, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq"))
+
+
+def tree_cpu() -> dict[int, float]:
+    """CPU seconds (user + system) of this process and of each process it started, and they started,
+    by process id: the CPU a sweep's driver and its pool of workers used, told from the machine's."""
+    try:
+        import psutil
+        me = psutil.Process()
+        family = [me, *me.children(recursive=True)]
+    except Exception:                                   # noqa: BLE001
+        return {}
+    out = {}
+    for p in family:
+        try:
+            t = p.cpu_times()
+            out[p.pid] = t.user + t.system
+        except Exception:                               # noqa: BLE001 - it ended meanwhile
+            pass
+    return out
+
+
 # ----------------------------------------------------------------------------- threads
 
 _POOL: ThreadPoolExecutor | None = None
