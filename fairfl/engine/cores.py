@@ -133,8 +133,9 @@ def machine_busy() -> float | None:
 
 
 def tree_cpu() -> dict[int, float]:
-    """CPU seconds (user + system) of this process and of each process it started, and they started,
-    by process id: the CPU a sweep's driver and its pool of workers used, told from the machine's."""
+    """CPU seconds (user + system) of this process and of its descendants (the processes it started,
+    and theirs), by process id: the CPU a sweep's driver and its pool of workers used, told apart from
+    the machine's (:func:`machine_busy`)."""
     try:
         import psutil
         me = psutil.Process()
