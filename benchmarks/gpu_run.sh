@@ -7,10 +7,12 @@
 # Then the one device call (the run tool), from the repository's root:
 #   command:   bash benchmarks/gpu_run.sh "$OUT"
 #   carry:     [".gpu-bundle"]
-#   timeout_s: 540
-# It writes $OUT/gpu_check.md, $OUT/gpu_check.json and $OUT/gpu_run.log. The check itself stops
-# at GPU_CHECK_SECONDS (450 s: its sections' budgets add up to 425 s), the
-# wheels and data take seconds. To rerun only some sections in a second call:
+#   timeout_s: 600
+# It writes $OUT/gpu_check.md, $OUT/gpu_check.json, $OUT/core_contention.md and $OUT/gpu_run.log.
+# The check itself stops at GPU_CHECK_SECONDS (450 s: its sections' budgets add up to 425 s), then
+# benchmarks/core_contention.py (the machine's cores side by side: why one run's round on 16 threads
+# gains less than 16x) at CONTENTION_SECONDS (75 s); the wheels and data take seconds. To rerun only
+# some sections in a second call (CONTENTION_SECONDS=0 skips the contention table):
 #   command:   GPU_CHECK_ARGS="--sections stacked round" bash benchmarks/gpu_run.sh "$OUT"
 set -u
 OUT=${1:-${OUT:?usage: gpu_run.sh REPORT_FOLDER}}
@@ -32,4 +34,10 @@ mkdir -p "$OUT"
   timeout -k 10 "$LIMIT" "$PY" benchmarks/gpu_check.py "$OUT" --device cuda --bundle .gpu-bundle \
     --data /tmp/fairfl-data ${GPU_CHECK_ARGS:-}
   echo "gpu_run.sh: gpu_check.py exited with $? (124: stopped at the limit; the report holds the sections done)"
+  if [ "${CONTENTION_SECONDS:-75}" != 0 ]; then
+    # the data gpu_check.py staged; the output as it comes, so that a limit keeps what was printed
+    FAIRFL_DATA=/tmp/fairfl-data timeout -k 5 "${CONTENTION_SECONDS:-75}" "$PY" benchmarks/core_contention.py --reps 3 \
+      | tee "$OUT/core_contention.md"
+    echo "gpu_run.sh: core_contention.py exited with ${PIPESTATUS[0]}"
+  fi
 } 2>&1 | tee "$OUT/gpu_run.log"

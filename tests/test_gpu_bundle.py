@@ -84,7 +84,7 @@ def test_the_check_imports_nothing_a_gpu_machine_lacks():
         for name in {refused!r}:      # as if absent: import raises, importlib.util.find_spec answers None
             sys.modules[name] = None
         sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'benchmarks')!r}, {str(REPO / 'tests')!r}]
-        import gpu_check, gpu_bundle, sweep_speed, test_engine
+        import gpu_check, gpu_bundle, sweep_speed, test_engine, core_contention, round_speed
         import fairfl.algorithms, fairfl.loop, fairfl.sweeps, fairfl.paper, fairfl.notebook, fairfl.plotting
         import fairfl.engine.graphs
         for nb in {notebooks!r}:

@@ -25,6 +25,8 @@ SCRIPTS = sorted(p.relative_to(REPO).as_posix() for folder in ("benchmarks", "sc
 
 # script: (arguments, text its standard output must contain); "{tmp}" is the test's temporary folder
 SMOKE: dict[str, tuple[list[str], str]] = {
+    # two spawned workers beside two threads, every copy's updates against one alone
+    "benchmarks/core_contention.py": (["--smoke"], "bit-identical to one copy alone: yes"),
     "benchmarks/explore_redraw.py": (["--smoke"], "redraw ("),
     "benchmarks/gpu_bundle.py": (["--smoke"], "GPU bundle (temporary)"),      # the data part, staged; no wheels
     "benchmarks/gpu_check.py": (["{tmp}/gpu", "--smoke", "--device", "cpu"], "gpu_check: 6 of 6 sections ok"),
