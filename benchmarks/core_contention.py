@@ -84,18 +84,22 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--clients", type=int, default=5, help="clients in the stack each copy trains (default 5: "
                     "half of the reference round, what each of two threads computes)")
-    usable = cores.usable_cores()
-    ap.add_argument("--widths", type=int, nargs="+",
-                    default=sorted({1, *(2 ** i for i in range(1, 5) if 2 ** i <= usable), usable}),
-                    help="copies side by side (default 1, 2, 4, ... and every usable core)")
     ap.add_argument("--whole", type=int, default=10, help="clients of the whole round (default 10, the reference's), "
                     "also timed as one stack alone: what one run computes on one thread")
+    ap.add_argument("--widths", type=int, nargs="+", default=None,
+                    help="copies side by side (default 1, 2, 4, ..., every usable core, and --whole / --clients "
+                    "where the cores allow: the threads one run's round of --whole clients would use)")
     ap.add_argument("--smoke", action="store_true", help="CI: tiny data, one client, widths 1 and 2, once")
     if "--smoke" in sys.argv[1:]:
         ap.set_defaults(reps=1, clients=1, whole=2, widths=[1, 2])
     args = ap.parse_args()
-    if args.reps < 1 or args.clients < 1 or min(args.widths) < 1 or args.whole < args.clients:
+    if args.reps < 1 or args.clients < 1 or min(args.widths or [1]) < 1 or args.whole < args.clients:
         ap.error("--reps, --clients and every --widths must be at least 1, and --whole at least --clients")
+    usable = cores.usable_cores()
+    pieces = args.whole / args.clients
+    if args.widths is None:
+        args.widths = [2 ** i for i in range(5) if 2 ** i <= usable] + [usable] + \
+            ([int(pieces)] if pieces == int(pieces) and pieces <= usable else [])
     widths = sorted(set(args.widths) | {1})
     print(f"{usable} usable cores; widths {widths}; a stack of {args.clients} client(s) per copy; {args.reps} reps")
 
@@ -158,11 +162,10 @@ def main() -> None:
           f"{slow['threads']:.2f}x; so {top} stacks can compute at most {top / slow['processes']:.2f}x (processes) and "
           f"{top / slow['threads']:.2f}x (threads) the work of one stack of the same size in its time")
     w = statistics.median(seconds["whole", 1])
-    k = args.whole / args.clients
     print(f"one stack of the whole round's {args.whole} clients alone: {w:.3f} s, {w / alone['threads']:.2f}x one stack "
           f"of {args.clients} (the kernels' efficiency by stack size); so one run of {args.whole} clients on "
-          f"{k:g} threads can be at most {w / statistics.median(seconds['threads', round(k)]):.2f}x faster than on one"
-          if round(k) == k and round(k) in widths else
+          f"{pieces:g} threads can be at most {w / statistics.median(seconds['threads', int(pieces)]):.2f}x faster than on "
+          "one" if pieces == int(pieces) and int(pieces) in widths else
           f"one stack of the whole round's {args.whole} clients alone: {w:.3f} s")
     if not same:
         raise SystemExit("a copy's updates differ from one copy alone")
