@@ -51,6 +51,11 @@ class SerialBackend(_Closing):
                 yield i, Failure(e, traceback.format_exc())
 
 
+def _usable_cores() -> int:
+    from .engine.cores import usable_cores
+    return usable_cores()
+
+
 def _init_worker(threads: int, parent: int, slots=None, gpus: int = 0, bank=None) -> None:
     import signal
     # Ctrl-C and Jupyter's interrupt signal the whole process group, workers included: a worker
@@ -117,7 +122,8 @@ class ProcessBackend(_Closing):
 
     def __init__(self, workers: int | None = None, threads: int = 1, gpus: int = 0):
         self.gpus = gpus
-        self.workers = workers or (gpus if gpus else max(1, (os.cpu_count() or 1) // threads))
+        # the cores this process may use (a container's, taskset's or a batch system's limit), not the host's
+        self.workers = workers or (gpus if gpus else max(1, _usable_cores() // threads))
         self.threads = threads
         self._pool: ProcessPoolExecutor | None = None
         self._env: dict[str, str] = {}
@@ -457,4 +463,4 @@ def default_backend(device: str = "cpu", workers: int | None = None) -> Backend:
         return ProcessBackend(gpus=gpus) if cuda else ProcessBackend(workers=workers)
     if cuda:
         return ProcessBackend(gpus=gpus) if gpus > 1 else SerialBackend()
-    return ProcessBackend(workers=workers) if (workers or os.cpu_count() or 1) > 1 else SerialBackend()
+    return ProcessBackend(workers=workers) if (workers or _usable_cores()) > 1 else SerialBackend()

@@ -235,6 +235,29 @@ def test_a_sweeps_report_tells_other_processes_use_of_the_cores_from_its_own_idl
     assert share is not None and share * (os.cpu_count() or 1) * wall <= delta - burnt + 0.2, (share, wall, delta, burnt)
 
 
+def test_a_process_of_the_sweep_that_ended_is_not_another_process():
+    """A child of the driver that burns a second of CPU and ends before the sweep's end (a worker killed,
+    a pool's workers stopped) is the sweep's: its CPU is in its parent's figure once it is waited for.
+    Fails with only the processes alive at the end counted."""
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    import fairfl.sweeps as sweeps
+    busy0, tree0, start = cores.machine_busy(), cores.tree_cpu(), time.perf_counter()
+    me = psutil.Process()
+    children0 = sum(me.cpu_times()[2:4])
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                    "while time.process_time() - t < 1.0: pass"], check=True, timeout=120)
+    wall = time.perf_counter() - start
+    share = sweeps._others_share(busy0, tree0, wall)
+    burnt, delta = sum(me.cpu_times()[2:4]) - children0, cores.machine_busy() - busy0
+    assert burnt >= 1.0
+    assert share is not None and share * (os.cpu_count() or 1) * wall <= delta - burnt + 0.2, (share, wall, delta, burnt)
+
+
 def test_a_sweeps_report_names_other_processes_only_where_they_used_the_cores():
     from fairfl.sweeps import SweepUsage
     assert "other processes" not in str(SweepUsage(2, 10.0, 16.0, {}, (), None))
@@ -244,3 +267,101 @@ def test_a_sweeps_report_names_other_processes_only_where_they_used_the_cores():
     tree = cores.tree_cpu()
     assert os.getpid() in tree and tree[os.getpid()] > 0
     assert cores.machine_busy() is None or cores.machine_busy() >= tree[os.getpid()] - 1.0
+
+
+def _python(code: str) -> str:
+    """The output of ``code`` run by this Python in a fresh process (a thread pool nobody used yet)."""
+    import subprocess
+    import sys
+    import textwrap
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.strip()
+
+
+def test_a_pool_thread_computes_on_one_intra_op_thread_whatever_count_its_caller_had_set():
+    """torch sets a thread up at its first call into its thread pool API, copying the count that any
+    thread set last. A pool thread that had not computed yet when a caller outside a run had set 2
+    (a notebook's own prediction, say) took 2 intra-op threads for good: other bits, depending on
+    which thread took which stack. Fails with the set-up left to the thread's first operation."""
+    out = _python("""
+        import time, torch
+        from fairfl.engine import cores
+        cores.set_threads(2)
+        cores.parallel([lambda: time.sleep(0.05)] * 2)        # the pool's thread exists, has not computed
+        torch.set_num_threads(2)
+        print(cores.parallel([lambda: (time.sleep(0.3), torch.get_num_threads())[1]] * 2))
+    """)
+    assert out == "[1, 1]", out
+
+
+def test_ctrl_c_while_threads_compute_returns_once_every_task_under_way_has_ended():
+    """A real SIGINT while the caller waits for a helper thread: the KeyboardInterrupt reaches the
+    caller only after the helper's task has ended (the caller's ``finally`` then switches the model's
+    mode back with no forward pass still running in it). Fails with the interrupt raised at once."""
+    out = _python("""
+        import os, signal, threading, time
+        from fairfl.engine import cores
+        cores.set_threads(2)
+        started, ended = set(), set()
+        def task(i):
+            started.add(i)
+            try:       # the helper's task is long; the caller's are short, so that it is waiting when Ctrl-C lands
+                time.sleep(0.6 if threading.current_thread().name.startswith("fairfl-core") else 0.01)
+            finally:
+                ended.add(i)
+        threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            cores.parallel([lambda i=i: task(i) for i in range(4)])
+        except KeyboardInterrupt:
+            print(len(started), sorted(started) == sorted(ended))
+    """)
+    assert out == "4 True", out
+
+
+def test_a_groups_shared_predictions_use_every_thread_not_their_runs_part(threads):
+    """The predictions of a lockstep group are executed by the run whose call completes the group,
+    while every run waits: on every thread of the process, not on that run's part of them (one of
+    two here). Fails with the executing run's width kept."""
+    import threading
+
+    from fairfl.client import flat_params
+    from fairfl.engine import Predict
+    from fairfl.engine.lockstep import Lockstep
+    from fairfl.models import build_model
+    threads(2)
+    x = torch.randn(2048, 784)                                  # four chunks of 512 rows
+    models = [build_model("logreg", (784,), 10, seed=s) for s in range(2)]
+    group, out = Lockstep(slots=cores.threads), {}
+
+    def run(rank: int) -> None:
+        group.bind(rank)
+        try:
+            out[rank] = group(Predict(models[0], flat_params(models[rank]), (x,)))
+        finally:
+            group.leave()
+    for _ in models:
+        group.enter()
+    before = cores.width_seconds()
+    workers = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    after = cores.width_seconds()
+    assert group.flushes == 1 and set(out) == {0, 1}
+    assert after.get(2, 0.0) > before.get(2, 0.0) and after.get(1, 0.0) == before.get(1, 0.0), (before, after)
+    for rank, model in enumerate(models):
+        assert torch.equal(out[rank], model.eval()(x))
+
+
+def test_a_pools_workers_are_the_cores_this_process_may_use_not_the_hosts():
+    """A container's, taskset's or batch system's CPU limit (the affinity mask) sizes the default pool
+    and the sweep's report; one usable core trains in-process. Fails with os.cpu_count()."""
+    out = _python("""
+        import os
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+        from fairfl.backends import ProcessBackend, default_backend
+        print(ProcessBackend().workers, type(default_backend()).__name__)
+    """)
+    assert out == "1 SerialBackend", out

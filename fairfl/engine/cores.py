@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
@@ -135,7 +135,9 @@ def machine_busy() -> float | None:
 def tree_cpu() -> dict[int, float]:
     """CPU seconds (user + system) of this process and of its descendants (the processes it started,
     and theirs), by process id: the CPU a sweep's driver and its pool of workers used, told apart from
-    the machine's (:func:`machine_busy`)."""
+    the machine's (:func:`machine_busy`). Each process's figure includes the CPU of its children that
+    have ended and been waited for (a worker that died, a pool's workers once stopped), so that the
+    tree's total never drops when one of its processes ends: compare totals, not processes."""
     try:
         import psutil
         me = psutil.Process()
@@ -146,7 +148,7 @@ def tree_cpu() -> dict[int, float]:
     for p in family:
         try:
             t = p.cpu_times()
-            out[p.pid] = t.user + t.system
+            out[p.pid] = t.user + t.system + t.children_user + t.children_system
         except Exception:                               # noqa: BLE001 - it ended meanwhile
             pass
     return out
@@ -160,24 +162,34 @@ _local = threading.local()
 
 
 def _init_thread() -> None:
-    torch.set_num_threads(RUN_THREADS)       # per thread (OpenMP's and MKL's local settings)
+    # Per thread (OpenMP's and MKL's local settings). torch sets a thread up at its first call into
+    # the thread pool API, copying the count last set by any thread: a pool thread whose first
+    # operation came after a caller had set 2 (outside a run) computed on 2 intra-op threads for good,
+    # and other bits. Asking first finishes that set-up; the count set after it stays.
+    torch.get_num_threads()
+    torch.set_num_threads(RUN_THREADS)
 
 
-def _pool(size: int) -> ThreadPoolExecutor:
+def _submit(size: int, fn: Callable[[], None], copies: int) -> list:
+    """``copies`` calls of ``fn`` submitted to the process's thread pool, grown to ``size`` threads
+    first where it is smaller. Under the pool's lock: another caller that grows the pool meanwhile
+    must not shut down the pool these are submitted to (its threads finish what they hold)."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None or _POOL._max_workers < size:
             old, _POOL = _POOL, ThreadPoolExecutor(size, thread_name_prefix="fairfl-core", initializer=_init_thread)
             if old is not None:
                 old.shutdown(wait=False)
-        return _POOL
+        return [_POOL.submit(fn) for _ in range(copies)]
 
 
-def bind_width(width: Callable[[], int] | None) -> None:
+def bind_width(width: Callable[[], int] | None) -> Callable[[], int] | None:
     """How many threads the calling thread's own computations may use (:func:`parallel` without a
     ``limit``), e.g. a run of a lockstep group: the group's cores divided among its running runs
-    (``fairfl.engine.lockstep``). None: :func:`threads`."""
+    (``fairfl.engine.lockstep``). None: :func:`threads`. Returns the binding it replaces."""
+    before = getattr(_local, "width", None)
     _local.width = width
+    return before
 
 
 @contextmanager
@@ -252,11 +264,20 @@ def parallel(tasks: Sequence[Callable[[], T]], costs: Sequence[float] | None = N
         finally:
             _local.inside = False
 
-    helpers = [_pool(max(usable_cores(), width - 1)).submit(work) for _ in range(width - 1)]
-    with one_thread():
-        work()
-    for h in helpers:
-        h.result()
+    helpers = _submit(max(usable_cores(), width - 1), work, width - 1)
+    try:
+        with one_thread():
+            work()
+        for h in helpers:
+            h.result()
+    except BaseException as e:  # noqa: BLE001 - an interrupt while the helpers compute
+        # Ctrl-C lands in this thread, possibly while it waits: no new task may start, and the caller
+        # must not go on (its ``finally`` switches the model's mode back, say) while a helper still
+        # computes with the caller's model. (Not under ``lock``: the interrupt may have left it held.
+        # A list's append is atomic, and the helpers read ``errors`` before taking each task.)
+        errors.append(e)
+        wait(helpers)
+        raise
     _record(width, time.perf_counter() - start)
     if errors:
         raise errors[0]

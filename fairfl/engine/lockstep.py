@@ -156,11 +156,16 @@ class Lockstep:
     def _run(self, batch: list[tuple[int, Job | Predict, dict]]) -> None:
         if not batch:
             return
+        # the batch executes while every run of it waits: on every thread of the process (``bind``),
+        # not on the part of the run whose thread happens to execute it
+        own = cores.bind_width(None)
         try:
             with self._turns:
                 results = dispatch.execute([job for _, job, _ in batch])
         except BaseException as e:  # noqa: BLE001 - every run of the batch must wake up, with the error
             results = [e] * len(batch)
+        finally:
+            cores.bind_width(own)
         with self._cond:
             self.flushes += 1
             for (_, _, slot), result in zip(batch, results):
