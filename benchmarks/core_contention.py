@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import multiprocessing as mp
+from multiprocessing.connection import wait
 import statistics
 import sys
 import time
@@ -76,6 +77,7 @@ def _worker(conn, smoke: bool, clients: int) -> None:
     conn.send("ready")
     while conn.recv():
         conn.send(work.round())
+    conn.close()
 
 
 def main() -> None:
@@ -97,26 +99,38 @@ def main() -> None:
         ap.error("--reps, --clients and every --widths must be at least 1, and --whole at least --clients")
     usable = cores.usable_cores()
     pieces = args.whole / args.clients
-    if args.widths is None:
-        args.widths = [2 ** i for i in range(5) if 2 ** i <= usable] + [usable] + \
-            ([int(pieces)] if pieces == int(pieces) and pieces <= usable else [])
+    if args.widths is None:       # at most 16: an affinity mask may show a host's cores beyond a container's quota
+        top = min(usable, 16)
+        args.widths = [2 ** i for i in range(5) if 2 ** i <= top] + [top] + \
+            ([int(pieces)] if pieces == int(pieces) and pieces <= top else [])
     widths = sorted(set(args.widths) | {1})
     print(f"{usable} usable cores; widths {widths}; a stack of {args.clients} client(s) per copy; {args.reps} reps")
 
     local = [Work(args.smoke, args.clients) for _ in range(max(widths))]     # a model per thread
     whole = Work(args.smoke, args.whole)
+    if len(whole.clients) < args.whole:
+        ap.error(f"--whole {args.whole}: the round samples only {len(whole.clients)} clients")
     ctx = mp.get_context("spawn")
     pipes, procs = [], []
     for _ in range(max(widths)):
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=_worker, args=(child, args.smoke, args.clients), daemon=True)
         proc.start()
+        child.close()                 # the worker's end: this process keeps only its own, so a dead worker is seen
         pipes.append(parent)
         procs.append(proc)
+
+    def receive(i: int):
+        """Worker i's answer; a worker that died is an error, not a wait for ever."""
+        wait([pipes[i], procs[i].sentinel])
+        try:
+            return pipes[i].recv()
+        except EOFError:
+            raise SystemExit(f"worker {i} ended (exit status {procs[i].exitcode}); its error is above") from None
+
     try:
-        for pipe in pipes:
-            if pipe.recv() != "ready":
-                raise SystemExit("a worker failed to start")
+        for i in range(len(pipes)):
+            receive(i)
 
         def measure(way: str, k: int) -> list[tuple[float, str]]:
             if way == "whole":
@@ -125,7 +139,7 @@ def main() -> None:
                 return cores.parallel([work.round for work in local[:k]], limit=k)
             for pipe in pipes[:k]:
                 pipe.send(True)
-            return [pipe.recv() for pipe in pipes[:k]]
+            return [receive(i) for i in range(k)]
 
         reference = local[0].round()[1]
         whole.round()
@@ -133,18 +147,26 @@ def main() -> None:
         warm = cores.parallel([work.round for work in local[1:]], limit=len(local) - 1) if len(local) > 1 else []
         for pipe in pipes:
             pipe.send(True)
-        warm += [pipe.recv() for pipe in pipes]
+        warm += [receive(i) for i in range(len(pipes))]
         same = all(digest == reference for _, digest in warm)
         cells = [(way, k) for way in WAYS for k in widths] + [("whole", 1)]
         seconds: dict[tuple[str, int], list[float]] = {c: [] for c in cells}
+        slowest: dict[tuple[str, int], list[float]] = {c: [] for c in cells}     # what a round waits for
         for rep in range(args.reps):
             for way, k in cells[rep % len(cells):] + cells[:rep % len(cells)]:
                 got = measure(way, k)
                 same &= way == "whole" or all(digest == reference for _, digest in got)
                 seconds[way, k].append(statistics.mean(s for s, _ in got))
+                slowest[way, k].append(max(s for s, _ in got))
+            # as it goes, so that a time limit keeps what was measured
+            print(f"rep {rep + 1}: " + ", ".join(f"{way} {k}: {seconds[way, k][-1]:.3f} s" for way, k in cells),
+                  flush=True)
     finally:
         for pipe in pipes:
-            pipe.send(False)
+            try:
+                pipe.send(False)
+            except OSError:           # that worker has ended
+                pass
         for proc in procs:
             proc.join(10)
 
@@ -164,7 +186,7 @@ def main() -> None:
     w = statistics.median(seconds["whole", 1])
     print(f"one stack of the whole round's {args.whole} clients alone: {w:.3f} s, {w / alone['threads']:.2f}x one stack "
           f"of {args.clients} (the kernels' efficiency by stack size); so one run of {args.whole} clients on "
-          f"{pieces:g} threads can be at most {w / statistics.median(seconds['threads', int(pieces)]):.2f}x faster than on "
+          f"{pieces:g} threads can be at most {w / statistics.median(slowest['threads', int(pieces)]):.2f}x faster than on "
           "one" if pieces == int(pieces) and int(pieces) in widths else
           f"one stack of the whole round's {args.whole} clients alone: {w:.3f} s")
     if not same:

@@ -290,9 +290,13 @@ def _others_share(busy: float | None, tree: dict[int, float], wall: float) -> fl
     after = cores.machine_busy()
     if busy is None or after is None or wall <= 0:
         return None
-    # totals, not process by process: a process of the tree that ended (a worker killed, a pool's workers
-    # stopped) took its CPU into its parent's figure when it was waited for (engine.cores.tree_cpu)
-    ours = sum(cores.tree_cpu().values()) - sum(tree.values())
+    end = cores.tree_cpu()
+    if cores.CHILDREN_TIMES:
+        # totals, not process by process: a process of the tree that ended (a worker killed, a pool's
+        # workers stopped) took its CPU into its parent's figure when it was waited for (engine.cores.tree_cpu)
+        ours = sum(end.values()) - sum(tree.values())
+    else:       # no children's times: what the processes still there used (one that ended is missed)
+        ours = sum(t - tree.get(pid, 0.0) for pid, t in end.items())
     return min(1.0, max(0.0, (after - busy - ours) / ((os.cpu_count() or 1) * wall)))
 
 

@@ -19,6 +19,7 @@ leave cores idle. On a GPU nothing changes: a CUDA computation runs on the calli
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -130,6 +131,11 @@ def machine_busy() -> float | None:
     except Exception:                                   # noqa: BLE001 - a report, never an error
         return None
     return sum(getattr(t, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq"))
+
+
+# Whether a process's CPU times include its children that ended and were waited for (psutil gives
+# them on Linux; macOS and the BSDs report zeros)
+CHILDREN_TIMES = sys.platform.startswith("linux")
 
 
 def tree_cpu() -> dict[int, float]:
