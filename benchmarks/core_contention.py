@@ -181,14 +181,16 @@ def main() -> None:
     top = max(widths)
     slow = {way: statistics.median(seconds[way, top]) / alone[way] for way in WAYS}
     print(f"time per copy, {top} side by side over one alone: processes {slow['processes']:.2f}x, threads "
-          f"{slow['threads']:.2f}x; so {top} stacks can compute at most {top / slow['processes']:.2f}x (processes) and "
-          f"{top / slow['threads']:.2f}x (threads) the work of one stack of the same size in its time")
+          f"{slow['threads']:.2f}x; so {top} stacks can compute at most {top / slow['processes']:.2f}x (processes) "
+          f"and {top / slow['threads']:.2f}x (threads) the work of one stack of the same size in its time")
     w = statistics.median(seconds["whole", 1])
-    print(f"one stack of the whole round's {args.whole} clients alone: {w:.3f} s, {w / alone['threads']:.2f}x one stack "
-          f"of {args.clients} (the kernels' efficiency by stack size); so one run of {args.whole} clients on "
-          f"{pieces:g} threads can be at most {w / statistics.median(slowest['threads', int(pieces)]):.2f}x faster than on "
-          "one" if pieces == int(pieces) and int(pieces) in widths else
-          f"one stack of the whole round's {args.whole} clients alone: {w:.3f} s")
+    line = (f"one stack of the whole round's {args.whole} clients alone: {w:.3f} s, {w / alone['threads']:.2f}x one "
+            f"stack of {args.clients} (the kernels' efficiency by stack size)")
+    if pieces == int(pieces) and int(pieces) in widths:
+        ceiling = w / statistics.median(slowest["threads", int(pieces)])
+        line += (f"; so one run of {args.whole} clients on {pieces:g} threads can be at most {ceiling:.2f}x faster "
+                 "than on one")
+    print(line)
     if not same:
         raise SystemExit("a copy's updates differ from one copy alone")
 

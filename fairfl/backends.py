@@ -122,7 +122,8 @@ class ProcessBackend(_Closing):
 
     def __init__(self, workers: int | None = None, threads: int = 1, gpus: int = 0):
         self.gpus = gpus
-        # the cores this process may use (its affinity: a cpuset's, taskset's or a batch system's core list), not the host's
+        # the cores this process may use (its affinity: a cpuset's, taskset's or a batch system's core
+        # list), not the host's
         self.workers = workers or (gpus if gpus else max(1, _usable_cores() // threads))
         self.threads = threads
         self._pool: ProcessPoolExecutor | None = None
