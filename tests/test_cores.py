@@ -219,20 +219,36 @@ def test_a_sweeps_report_tells_other_processes_use_of_the_cores_from_its_own_idl
     assert busy.others >= used / machine - 0.05, (busy, used, machine)        # others only add to the spinner
     assert used / machine > 0.1 and "other processes used" in str(busy), (busy, used)
     # a child of this process (as a pool's worker is) burns a second of CPU: it is the sweep's, not another's
-    busy0, tree0, start = cores.machine_busy(), cores.tree_cpu(), time.perf_counter()
-    child = psutil.Process(subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
-                                             "while time.process_time() - t < 1.0: pass\ntime.sleep(60)"]).pid)
-    try:
+    child = None
+
+    def burn() -> float:
+        nonlocal child
+        child = psutil.Process(subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                                                 "while time.process_time() - t < 1.0: pass\ntime.sleep(60)"]).pid)
         deadline = time.monotonic() + 120
         while sum(child.cpu_times()[:2]) < 1.0 and time.monotonic() < deadline:
             time.sleep(0.05)
-        wall = time.perf_counter() - start
-        share = sweeps._others_share(busy0, tree0, wall)
-        burnt, delta = sum(child.cpu_times()[:2]), cores.machine_busy() - busy0
+        return sum(child.cpu_times()[:2])
+    try:
+        share, wall, delta, burnt = _share_around(burn)
     finally:
-        child.kill()
-        child.wait(10)
+        if child is not None:
+            child.kill()
+            child.wait(10)
     assert share is not None and share * (os.cpu_count() or 1) * wall <= delta - burnt + 0.2, (share, wall, delta, burnt)
+
+
+def _share_around(burn) -> tuple:
+    """(other processes' share by ``sweeps._others_share``, wall seconds, the machine's busy CPU seconds,
+    the CPU ``burn()`` says it burnt) over a call of ``burn``, as a sweep measures them."""
+    import time
+
+    import fairfl.sweeps as sweeps
+    busy0, tree0, start = cores.machine_busy(), cores.tree_cpu(), time.perf_counter()
+    burnt = burn()
+    wall = time.perf_counter() - start
+    share = sweeps._others_share(busy0, tree0, wall)
+    return share, wall, cores.machine_busy() - busy0, burnt
 
 
 def test_a_process_of_the_sweep_that_ended_is_not_another_process():
@@ -241,19 +257,16 @@ def test_a_process_of_the_sweep_that_ended_is_not_another_process():
     Fails with only the processes alive at the end counted."""
     import subprocess
     import sys
-    import time
 
     import psutil
-
-    import fairfl.sweeps as sweeps
-    busy0, tree0, start = cores.machine_busy(), cores.tree_cpu(), time.perf_counter()
     me = psutil.Process()
-    children0 = sum(me.cpu_times()[2:4])
-    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
-                    "while time.process_time() - t < 1.0: pass"], check=True, timeout=120)
-    wall = time.perf_counter() - start
-    share = sweeps._others_share(busy0, tree0, wall)
-    burnt, delta = sum(me.cpu_times()[2:4]) - children0, cores.machine_busy() - busy0
+
+    def burn() -> float:
+        children0 = sum(me.cpu_times()[2:4])
+        subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                        "while time.process_time() - t < 1.0: pass"], check=True, timeout=120)
+        return sum(me.cpu_times()[2:4]) - children0
+    share, wall, delta, burnt = _share_around(burn)
     assert burnt >= 1.0
     assert share is not None and share * (os.cpu_count() or 1) * wall <= delta - burnt + 0.2, (share, wall, delta, burnt)
 
