@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from fairfl import ConfigError, ExperimentConfig, LocalTraining, PartitionSpec
 from fairfl.algorithms import Context, RoundPlan, make_algorithm
-from fairfl.algorithms.dqnfed import (DQNFed, client_updates, dqnfed_step, inverse_hessian_product,
-                                     theorem_4_2_scale, usable_pair)
+from fairfl.algorithms import dqnfed
+from fairfl.algorithms.dqnfed import (ROUNDING, ROUNDING_MARGIN, DQNFed, client_updates, curvature_pair, dqnfed_step,
+                                     inverse_hessian_product, rounding_bound, theorem_4_2_scale, usable_pair)
 from fairfl.client import ClientRuntime
 from fairfl.client import gradients as full_batch_gradients
 from fairfl.history import load_checkpoint
@@ -238,6 +239,67 @@ def test_no_pairs_means_identity_and_bad_curvature_is_detected():
     assert usable_pair(s, 2 * s) and not usable_pair(s, -s) and not usable_pair(s, torch.tensor([0.0, 1.0]))
 
 
+def _ulps(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """float32 ``x`` moved by ``k`` units in the last place, element by element (k of either sign)."""
+    x = x.float()
+    up = torch.nextafter(x, torch.full_like(x, torch.inf)) - x
+    return x + k.float() * up
+
+
+def test_a_pair_that_measures_rounding_is_skipped_and_the_same_pair_above_rounding_is_kept():
+    g = torch.Generator().manual_seed(0)
+    theta = 3 * torch.randn(1000, generator=g)                      # ‖θ‖ ≈ 95, float32
+    grad = torch.randn(1000, generator=g)
+    direction = torch.randn(1000, generator=g)
+    # a converged client's step: the new point a few ulps from the old, gradients a few ulps apart
+    near = _ulps(theta, torch.randint(-3, 4, (1000,), generator=g))
+    near_grad = _ulps(grad, torch.randint(-3, 4, (1000,), generator=g))
+    s, y, usable, resolved = curvature_pair(theta, near, grad, near_grad)
+    assert s.norm() > 0 and y.norm() > 0 and not resolved and not usable
+    # whatever sign its sᵀy happens to have: it stays below the rounding bound by far
+    assert abs(float(s @ y)) < rounding_bound(s, y, float(theta.norm()), float(grad.norm()))
+    # the same geometry at a real step (y = H s with H = 2 I, so sᵀy > 0 by construction): kept
+    s2, y2, usable2, resolved2 = curvature_pair(theta, theta + 0.01 * direction, grad, grad + 0.02 * direction)
+    assert usable2 and resolved2
+    assert float(s2 @ y2) > ROUNDING_MARGIN * rounding_bound(s2, y2, float(theta.norm()), float(grad.norm()))
+    # negative curvature at a real step: skipped, but resolved (its ‖y‖/‖s‖ still says how curved)
+    _, _, usable3, resolved3 = curvature_pair(theta, theta + 0.01 * direction, grad, grad - 0.02 * direction)
+    assert not usable3 and resolved3
+    assert ROUNDING == torch.finfo(torch.float32).eps
+
+
+def test_no_curvature_decision_of_the_golden_dqnfed_cases_flips_in_the_last_bits(monkeypatch):
+    """The cross-kernel contract of tests/test_golden.py for DQN-Fed's discrete decision: every
+    curvature pair its golden cases make (real data, real training) is moved in the last bits of its
+    four float32 inputs, 40 times each, by up to 4 ulps per element (more than the spread between an
+    AMD and an Intel machine's kernels for one step), and must keep its decision. The bare
+    condition sᵀy > 1e-10‖s‖‖y‖ does flip on one of them (a converged client's pair): the test has teeth."""
+    import test_golden
+    seen = []
+    real = dqnfed.curvature_pair
+
+    def recording(a, b, ga, gb):
+        seen.append(tuple(x.detach().clone() for x in (a, b, ga, gb)))
+        return real(a, b, ga, gb)
+    monkeypatch.setattr(dqnfed, "curvature_pair", recording)
+    for name in ("dqnfed_mlp", "dqnfed_alg1_mlp", "dqnfed_two_epochs_mlp"):
+        simulate(test_golden.CASES[name], progress=False)
+    assert len(seen) >= 30
+    g = torch.Generator().manual_seed(1)
+    bare_flips = 0
+    for a, b, ga, gb in seen:
+        _, _, usable, _ = real(a, b, ga, gb)
+        bare = None
+        for _ in range(40):
+            moved = [_ulps(x, torch.randint(-4, 5, x.shape, generator=g)) for x in (a, b, ga, gb)]
+            s, y, usable_moved, _ = real(*moved)
+            assert usable_moved == usable, "a curvature decision flipped in the last bits of its inputs"
+            bare_now = bool(s @ y > 1e-10 * s.norm() * y.norm())
+            bare_flips += bare is not None and bare_now != bare
+            bare = bare_now
+    assert bare_flips > 0
+
+
 # ----------------------------------------------------------------------------- the client side, real data
 
 @pytest.fixture(scope="module")
@@ -269,7 +331,7 @@ def test_clients_send_their_update_and_positive_rates(three_class):
     g0 = full_batch_gradients(model, w0, fed.clients, [0, 1, 2], True).double()
     s = (w1 - w0).double()
     for r in range(3):
-        pair = [(s, g1[r] - g0[r])] if usable_pair(s, g1[r] - g0[r]) else []
+        pair = [(s, g1[r] - g0[r])] if curvature_pair(w0, w1, g0[r], g1[r])[2] else []
         assert out.extras["bfgs_skipped"][r] == float(not pair)
         torch.testing.assert_close(out.extras["dqn_d"][r], u[r] @ inverse_hessian_product(u[r], pair))
         # the safeguard's inputs: L̂ₖ = ‖y‖/‖s‖ of the pair, σₖ = ηₗ (one full-batch step)

@@ -33,6 +33,12 @@ Choices the paper leaves open, and ours:
   rounds, and a client may not have taken part in the previous ones).
 * **Bad curvature.** A pair with sᵀy ≤ 1e-10·‖s‖‖y‖ would make B indefinite: it is skipped
   and counted (``extras["bfgs_skipped"]``, logged per round by the aggregator).
+* **Curvature below rounding.** s and y are differences of float32 points and gradients, so sᵀy
+  carries an error up to about ε(‖θ‖‖y‖ + ‖s‖‖∇f‖) (ε: float32's epsilon). A pair whose sᵀy does not
+  exceed that bound by :data:`ROUNDING_MARGIN` measures rounding, not curvature (a client that has
+  converged takes a step of a few ulps), and its sign would flip with the last bits of the kernels
+  (it did, between an AMD and an Intel machine): it is skipped and counted the same way, and left
+  out of L̂ₖ below. See :func:`usable_pair`.
 
 Server side
 -----------
@@ -91,11 +97,45 @@ from ..schedules import Transformation, constant, scale_by_schedule
 from .base import Algorithm, Context, ParamLayout, RoundPlan, ServerStep, option, register
 
 CURVATURE_TOL = 1e-10
+# float32's epsilon: the points and gradients a pair is made of are float32 (fairfl trains in float32)
+ROUNDING = float(torch.finfo(torch.float32).eps)
+# How far above the rounding bound sᵀy must stand. The pairs of the DQN-Fed cases of
+# tests/test_golden.py stand 7·10³ to 5·10⁶ above it; the one pair whose decision flipped between
+# machines, 10⁻⁶ (a converged client's step of a few ulps). 2⁸ keeps a decision from flipping under
+# the spread of float32 reductions between kernels (tens of ε relative), with room to spare.
+ROUNDING_MARGIN = 2.0 ** 8
 
 
-def usable_pair(s: torch.Tensor, y: torch.Tensor) -> bool:
-    """The BFGS curvature condition sᵀy > 0, with a relative tolerance."""
-    return bool(s @ y > CURVATURE_TOL * s.norm() * y.norm())
+def rounding_bound(s: torch.Tensor, y: torch.Tensor, point_scale: float, grad_scale: float) -> float:
+    """The largest |δ(sᵀy)| that rounding the float32 inputs of a pair can cause, to first order:
+    ‖δs‖ ≤ ε·‖θ‖ and ‖δy‖ ≤ ε·‖∇f‖ give |δ(sᵀy)| ≤ ε(‖θ‖‖y‖ + ‖s‖‖∇f‖). ``point_scale`` and
+    ``grad_scale``: the larger norm of the two points and of the two gradients."""
+    return ROUNDING * (point_scale * float(y.norm()) + float(s.norm()) * grad_scale)
+
+
+def usable_pair(s: torch.Tensor, y: torch.Tensor, point_scale: float = 0.0, grad_scale: float = 0.0) -> bool:
+    """The BFGS curvature condition sᵀy > 0, with a relative tolerance, and measured above
+    rounding: sᵀy > ``ROUNDING_MARGIN`` × :func:`rounding_bound` (what the pair's float32 points
+    and gradients may be off by; zero scales: exact inputs, the condition alone)."""
+    sy = float(s @ y)
+    return sy > CURVATURE_TOL * float(s.norm()) * float(y.norm()) and \
+        sy > ROUNDING_MARGIN * rounding_bound(s, y, point_scale, grad_scale)
+
+
+def curvature_pair(point_a: torch.Tensor, point_b: torch.Tensor, grad_a: torch.Tensor,
+                   grad_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
+    """The BFGS pair from θ_a to θ_b: s = θ_b − θ_a (computed in the points' float32, then
+    float64), y = ∇f(θ_b) − ∇f(θ_a) (float64); whether it is usable (:func:`usable_pair`) and
+    whether it is resolved at all (s and y each ``ROUNDING_MARGIN`` times above the rounding of
+    the points and gradients they are differences of: only then does ‖y‖/‖s‖ say anything about
+    the curvature)."""
+    s = (point_b - point_a).double()
+    y = grad_b.double() - grad_a.double()
+    point_scale = max(float(point_a.norm()), float(point_b.norm()))
+    grad_scale = max(float(grad_a.norm()), float(grad_b.norm()))
+    resolved = float(s.norm()) > ROUNDING_MARGIN * ROUNDING * point_scale and \
+        float(y.norm()) > ROUNDING_MARGIN * ROUNDING * grad_scale
+    return s, y, usable_pair(s, y, point_scale, grad_scale), resolved
 
 
 def inverse_hessian_product(v: torch.Tensor, pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
@@ -139,21 +179,21 @@ def client_updates(clients, plan: RoundPlan, ctx: Context) -> ClientUpdates:
     cache.update(round=round_, clients=[int(k) for k in ids], grads=grads)
     pairs: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(m)]
     skipped = torch.zeros(m)
-    curvature = torch.zeros(m, dtype=torch.float64)   # L̂ₖ = max ‖y‖/‖s‖ over all pairs, usable or not
+    curvature = torch.zeros(m, dtype=torch.float64)   # L̂ₖ = max ‖y‖/‖s‖ over the pairs resolved above rounding
 
-    def add_pair(r: int, s: torch.Tensor, y: torch.Tensor) -> None:
-        if s.norm() > 0:
+    def add_pair(r: int, point_a: torch.Tensor, point_b: torch.Tensor, grad_a: torch.Tensor, grad_b: torch.Tensor) -> None:
+        s, y, usable, resolved = curvature_pair(point_a, point_b, grad_a, grad_b)
+        if resolved and s.norm() > 0:
             curvature[r] = max(curvature[r], y.norm() / s.norm())
-        if usable_pair(s, y):
+        if usable:
             pairs[r].append((s, y))
         else:
             skipped[r] += 1
 
     if previous_flat is not None:              # θ̂⁰ = θᵗ⁻¹
         prev = previous_grads if previous_grads is not None else clients.gradients(previous_flat, ids).double()
-        s = (global_flat - previous_flat).double()
         for r in range(m):
-            add_pair(r, s, grads[r] - prev[r])
+            add_pair(r, previous_flat, global_flat, prev[r], grads[r])
     if cfg.epochs == 1:                        # all clients start from θᵗ: one batched call
         updates = clients.train(ids, global_flat, cfg).updates
     else:                                      # θ̂ᵉ⁺¹ per client, with a pair after every epoch but the last
@@ -167,7 +207,7 @@ def client_updates(clients, plan: RoundPlan, ctx: Context) -> ClientUpdates:
                 new = point - step
                 if e < cfg.epochs - 1:
                     g_new = clients.gradients(new, [k])[0].double()
-                    add_pair(r, (new - point).double(), g_new - g_point)
+                    add_pair(r, point, new, g_point, g_new)
                     g_point = g_new
                 point = new
             updates[r] = global_flat - point
