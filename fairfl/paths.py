@@ -1,40 +1,94 @@
-"""Where things live. Every path is anchored to the repository root, never to the working
-directory: papermill runs a notebook in the caller's directory, nbval in the notebook's."""
+"""Where things live. Every path is anchored, never taken from the working directory (papermill
+runs a notebook in the caller's directory, nbval in the notebook's):
+
+* **From fairfl's own clone** (``bash scripts/setup.sh``'s editable install, or the source tree on
+  ``sys.path``): the folders beside the package, ``<repo>/data``, ``results``, ``figures``,
+  ``outputs`` and ``notebooks``, as the README describes.
+* **Installed like a library** (``pip install fairfl`` or ``pip install .`` into an environment of
+  your own): never inside the package, so that recreating the environment loses nothing. Runs,
+  data, figures and executed notebooks go to one folder of the user's, ``$FAIRFL_HOME``, else the
+  platform's user data folder (``platformdirs``: ``~/.local/share/fairfl`` on Linux,
+  ``~/Library/Application Support/fairfl`` on macOS), said once on stderr when it is first made.
+  The notebooks ship inside the package (``fairfl/notebooks``), so ``fairfl list`` and ``fairfl
+  reproduce`` work from a plain install.
+
+In both, ``$FAIRFL_DATA``, ``$FAIRFL_RESULTS``, ``$FAIRFL_FIGURES`` and ``$FAIRFL_OUTPUTS`` win.
+"""
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE.parent
+HOME_ENV = "FAIRFL_HOME"
 
 
-def _env_path(var: str, default: Path) -> Path:
+def from_clone() -> bool:
+    """Whether fairfl runs from its own repository (the package folder beside the project's
+    ``pyproject.toml`` and ``notebooks/``), rather than from an installed copy."""
+    project = REPO_ROOT / "pyproject.toml"
+    try:
+        return (REPO_ROOT / "notebooks").is_dir() and 'name = "fairfl"' in project.read_text()
+    except OSError:
+        return False
+
+
+_ANNOUNCED = threading.Event()
+
+
+def user_home() -> Path:
+    """An installed fairfl's folder: ``$FAIRFL_HOME``, else the platform's user data folder for
+    fairfl. Made, and said on stderr, the first time it is used."""
+    given = os.environ.get(HOME_ENV)
+    if given:
+        return Path(given).expanduser().resolve()
+    import platformdirs
+    home = Path(platformdirs.user_data_dir("fairfl", appauthor=False))
+    if not home.exists() and not _ANNOUNCED.is_set():
+        _ANNOUNCED.set()
+        print(f"fairfl: runs, data, figures and executed notebooks of this installation go to {home} "
+              f"(set {HOME_ENV} to choose another folder)", file=sys.stderr)
+    return home
+
+
+def _default(name: str) -> Path:
+    return REPO_ROOT / name if from_clone() else user_home() / name
+
+
+def _env_path(var: str, name: str) -> Path:
     value = os.environ.get(var)
-    return Path(value).expanduser().resolve() if value else default
+    return Path(value).expanduser().resolve() if value else _default(name)
 
 
 def data_root() -> Path:
-    """Datasets: ``$FAIRFL_DATA`` or ``<repo>/data``."""
-    return _env_path("FAIRFL_DATA", REPO_ROOT / "data")
+    """Datasets: ``$FAIRFL_DATA``, else ``<repo>/data`` (an installed fairfl: ``<home>/data``)."""
+    return _env_path("FAIRFL_DATA", "data")
 
 
 def results_root() -> Path:
-    """The run cache (one folder per config hash): ``$FAIRFL_RESULTS`` or ``<repo>/results``."""
-    return _env_path("FAIRFL_RESULTS", REPO_ROOT / "results")
+    """The run cache (one folder per config hash): ``$FAIRFL_RESULTS``, else ``<repo>/results``
+    (an installed fairfl: ``<home>/results``)."""
+    return _env_path("FAIRFL_RESULTS", "results")
 
 
 def figures_root() -> Path:
-    """Figures written by notebooks: ``$FAIRFL_FIGURES`` or ``<repo>/figures``."""
-    return _env_path("FAIRFL_FIGURES", REPO_ROOT / "figures")
-
-
-def notebooks_root() -> Path:
-    return REPO_ROOT / "notebooks"
+    """Figures written by notebooks: ``$FAIRFL_FIGURES``, else ``<repo>/figures`` (an installed
+    fairfl: ``<home>/figures``)."""
+    return _env_path("FAIRFL_FIGURES", "figures")
 
 
 def outputs_root() -> Path:
-    """Executed copies of notebooks: ``$FAIRFL_OUTPUTS`` or ``<repo>/outputs``."""
-    return _env_path("FAIRFL_OUTPUTS", REPO_ROOT / "outputs")
+    """Executed copies of notebooks: ``$FAIRFL_OUTPUTS``, else ``<repo>/outputs`` (an installed
+    fairfl: ``<home>/outputs``)."""
+    return _env_path("FAIRFL_OUTPUTS", "outputs")
+
+
+def notebooks_root() -> Path:
+    """The notebooks: ``<repo>/notebooks``, or those shipped inside an installed package."""
+    return REPO_ROOT / "notebooks" if from_clone() else PACKAGE / "notebooks"
 
 
 # Set by `fairfl reproduce -p ...` for its kernels: the folder its executed notebooks go to

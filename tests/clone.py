@@ -33,9 +33,13 @@ def fresh_clone(dest: Path) -> Path:
     dest.mkdir(parents=True)
     for name in filter(None, files):
         source = REPO / name
-        if source.is_symlink() or not source.exists():     # .venv's link in a worktree; a file deleted, not committed
-            continue
         target = dest / name
+        if source.is_symlink():                            # a tracked link (fairfl/notebooks): a link, as git checks it out
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(os.readlink(source))
+            continue
+        if not source.exists():                            # a file deleted, not committed
+            continue
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
     git(dest, "init", "-q", "-b", "main")
