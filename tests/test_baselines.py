@@ -285,13 +285,18 @@ def test_the_cache_key_changes_exactly_where_the_computation_did():
     decay, FedHEAL's defaults and FedNew's refresh rounds (pinned: computed by the code before these
     changes), so their cached results are still read; the others change, so no old result is read for
     them: FedLF (its default now decays), FedHEAL() (now τ = 0.3, β = 0.4; τ = β = 0.5 is the old
-    default's key) and FedNew with r > 1 (Algorithm.revision). Broken variants caught: a new FedLF
-    option left out of the key at its default (the old key, an undecayed result), FedNew's fix without
-    a key change, a CACHE_VERSION bump (every pinned key changes)."""
+    default's key), FedNew with r > 1 (Algorithm.revision), and, since the solve leaves out the
+    directions below float32's precision (base.newton_solve), FedNew's dense reading and FedNL's
+    Option 2, while FedNew's CG reading and FedNL's Option 1 keep their keys. Broken variants caught: a
+    new FedLF option left out of the key at its default (the old key, an undecayed result), FedNew's
+    fixes without a key change, a CACHE_VERSION bump (every pinned key changes)."""
     keys = lambda algorithm: ADULT.replace(algorithm=algorithm).key()       # noqa: E731
     assert keys({"name": "fedheal", "tau": 0.5, "beta": 0.5}) == "1a9de887baa4a555"
-    assert keys({"name": "fednew", "hessian_every": 0}) == "323c6a989506d2ee"
-    assert keys("fednew") == "b785e957f0ac088e"
+    assert keys({"name": "fednew", "hessian_mode": "cg"}) == "5d80425844901128"        # unchanged computation
+    assert keys("fednl") == "3ae10317bebf64cc"                                         # Option 1: unchanged
+    assert keys({"name": "fednew", "hessian_every": 0}) not in ("323c6a989506d2ee", keys("fednew"))
+    assert keys("fednew") != "b785e957f0ac088e"
+    assert keys({"name": "fednl", "opt": 2}) != "7270f5058b706a24"
     assert keys({"name": "fednew", "hessian_every": 3}) != "0e90bacbff73b3bf"
     assert keys("fedheal") != "1a9de887baa4a555"
     assert "f4e1745ff91e3561" not in {keys("fedlf"), keys({"name": "fedlf", "lr_decay": 1.0}),
@@ -310,12 +315,14 @@ def test_conjugate_gradients_stop_at_negative_curvature():
 
 
 def test_fednew_sends_one_vector_per_client():
-    """Only yᵢ leaves a client (FedNew's privacy claim): its report is one d-vector per client."""
+    """Only yᵢ leaves a client (FedNew's privacy claim): its report is one d-vector per client (beside
+    it, the simulation logs how many directions the clients' solves left out, a count no server needs)."""
     q = quadratics()
     algo = FedNew(hessian_mode="full")
     ctx = Context(params=X0, num_clients=3, num_sampled=3)
     reports = algo.client_update(ctx, algo.configure(ctx, algo.init(X0, 3)), q)
-    assert reports.updates.shape == (3, 5) and set(reports.extras) == {"fednew_y"}
+    assert reports.updates.shape == (3, 5) and set(reports.extras) == {"fednew_y", "newton_dropped"}
+    assert reports.extras["newton_dropped"].numel() == 1
     torch.testing.assert_close(reports.extras["fednew_y"], reports.updates)
 
 
@@ -872,6 +879,70 @@ def test_newton_solve_is_the_solve_where_it_can_be_and_the_minimum_norm_solution
                                             torch.tensor([1.0, 1.0], dtype=torch.float64)),
                                torch.tensor([0.5, 0.0], dtype=torch.float64))
     assert torch.equal(newton_solve(torch.tensor([2.0, 4.0]), torch.tensor([1.0, 1.0])), torch.tensor([0.5, 0.25]))
+
+
+def test_a_near_singular_newton_system_leaves_out_what_rounding_decides_and_bounds_the_step():
+    """diag(1, 10⁻¹³) is regular in float64 (a plain solve gives 10⁵ along the second axis from a
+    right-hand side of 10⁻⁸ there: float32 rounding of a unit gradient) but its second direction is
+    below float32's precision relative to the first: it is left out, counted, and the step's norm is
+    at most ‖b‖ / (ε₃₂·σ_max). Rotated, and as a diagonal vector, the same."""
+    from fairfl.algorithms.base import NEWTON_RCOND, newton_solve
+    D = torch.diag(torch.tensor([1.0, 1e-13], dtype=torch.float64))
+    b = torch.tensor([1.0, 1e-8], dtype=torch.float64)
+    assert float(torch.linalg.solve(D, b)[1]) == pytest.approx(1e5)       # what a plain solve does
+    stats = {}
+    torch.testing.assert_close(newton_solve(D, b, stats), torch.tensor([1.0, 0.0], dtype=torch.float64))
+    assert stats == {"dropped": 1}
+    c, s = np.cos(0.3), np.sin(0.3)
+    R = torch.tensor([[c, -s], [s, c]], dtype=torch.float64)
+    x = newton_solve(R @ D @ R.T, R @ b)
+    torch.testing.assert_close(x, R @ torch.tensor([1.0, 0.0], dtype=torch.float64))
+    assert float(x.norm()) <= float(b.norm()) / NEWTON_RCOND
+    torch.testing.assert_close(newton_solve(torch.tensor([1.0, 1e-13], dtype=torch.float64), b),
+                               torch.tensor([1.0, 0.0], dtype=torch.float64))
+    # just above the cut-off: solved as it stands
+    kept = torch.diag(torch.tensor([1.0, 10 * NEWTON_RCOND], dtype=torch.float64))
+    assert torch.equal(newton_solve(kept, b), torch.linalg.solve(kept, b))
+
+
+@pytest.mark.parametrize("where", ["diagonal", "matrix", "vector", "rhs"])
+def test_a_newton_system_holding_nan_or_inf_stops_the_run_as_diverged_naming_it(where):
+    """A NaN on a diagonal had zeroed the whole step (the vector form's tolerance became NaN) and a
+    NaN in a matrix raised torch's raw LinAlgError from the SVD: both now stop the run as diverged,
+    saying which part of the system is not finite. FedNL's Option 1 too."""
+    from fairfl.algorithms.base import newton_solve
+    from fairfl.algorithms.fednl import newton_direction
+    from fairfl.errors import TrainingDivergedError
+    A = torch.eye(3, dtype=torch.float64)
+    b = torch.ones(3, dtype=torch.float64)
+    if where == "diagonal":
+        A[1, 1] = float("nan")
+    elif where == "matrix":
+        A[0, 2] = float("inf")
+    elif where == "vector":
+        A = torch.tensor([1.0, float("nan"), 2.0], dtype=torch.float64)
+    else:
+        b[2] = float("inf")
+    part = "right-hand side" if where == "rhs" else "matrix"
+    with pytest.raises(TrainingDivergedError, match=f"NaN or Inf in its {part}"):
+        newton_solve(A, b)
+    for opt in (1, 2):
+        with pytest.raises(TrainingDivergedError, match=f"NaN or Inf in its {part}"):
+            newton_direction(b, A, 1e-3, opt)
+
+
+@pytest.mark.parametrize("rho, alpha", [(0.0, 1e-12), (1e-12, 0.0)])
+def test_fednew_with_a_vanishing_regulariser_descends_instead_of_exploding(rho, alpha):
+    """FedNew on Adult with ρ = 0, α = 10⁻¹² (or ρ = 10⁻¹², α = 0): each client's system Hᵢ + (α + ρ)I
+    is regular in float64 but 10⁻¹³-conditioned; solved as it stood it took the training loss from
+    0.69 to 5.8·10⁴ in one round and to 2·10¹² in two, and the run ended "finished". Now the
+    directions below float32's precision are left out (counted in ``info["newton_dropped"]``) and
+    every round descends."""
+    from fairfl.loop import simulate
+    h = simulate(ADULT.replace(algorithm={"name": "fednew", "rho": rho, "alpha": alpha}, rounds=3), progress=False)
+    losses = h.train_losses()
+    assert all(b < a for a, b in zip(losses, losses[1:])), losses
+    assert min(h.info["newton_dropped"]) > 0 and max(h.info["y_norm"]) < 10
 
 
 @pytest.mark.parametrize("algorithm", [{"name": "fednl", "opt": 2}, {"name": "fednew", "rho": 0.0, "alpha": 1e-30}])

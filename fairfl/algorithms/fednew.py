@@ -173,9 +173,13 @@ class FedNew(ServerStep, Algorithm):
         return self.hessian_every > 0 and (round_ + 1) % self.hessian_every == 0
 
     def revision(self) -> int:
-        # the periodic refresh moved one round earlier (onto the code's rounds) after results were cached:
-        # only r > 1 computes otherwise, so only its key changes (fairfl.config.ExperimentConfig.key)
-        return 1 if self.hessian_every > 1 else 0
+        # 1: the periodic refresh moved one round earlier (onto the code's rounds) after results were cached:
+        # only r > 1 computes otherwise. 2: the dense reading's solve leaves out the directions below float32's
+        # precision (base.newton_solve), where it had solved near-singular systems into huge steps: every
+        # config that may take the dense reading (fairfl.config.ExperimentConfig.key)
+        if self.hessian_mode == "cg":
+            return 1 if self.hessian_every > 1 else 0
+        return 3 if self.hessian_every > 1 else 2
 
     def client_update(self, ctx: Context, plan: RoundPlan, clients) -> ClientUpdates:
         ids, w = [int(k) for k in plan.clients], ctx.params
@@ -192,8 +196,9 @@ class FedNew(ServerStep, Algorithm):
             eye = torch.eye(w.numel(), dtype=torch.float64)
             # α + ρ > 0 keeps the system definite in exact arithmetic; a tiny α with ρ = 0 leaves it singular in
             # floating point, where the code's pinv (newton_ADMM.m:77) is what newton_solve falls back to
-            y = torch.stack([newton_solve(H + c * eye, b) for H, b in zip(hessians, rhs)])
-            info = {}
+            stats: dict = {}
+            y = torch.stack([newton_solve(H + c * eye, b, stats) for H, b in zip(hessians, rhs)])
+            info = {"newton_dropped": torch.tensor([float(stats.get("dropped", 0))], dtype=torch.float64)}
         else:
             hessians = [torch.zeros(0, dtype=torch.float64)] * len(ids)
             start = torch.stack([torch.zeros_like(w, dtype=torch.float64) if own is None else own.y for own in owns])
@@ -220,6 +225,8 @@ class FedNew(ServerStep, Algorithm):
         lam = state.lam.clone()
         lam[ids] = state.lam[ids] + self.rho * (y_local - y)
         info = {"y_norm": float(y.norm()), "lambda_sum_norm": float(lam.sum(dim=0).norm())}
+        if "newton_dropped" in reports.extras:        # directions left out of the clients' solves (base.newton_solve)
+            info["newton_dropped"] = float(reports.extras["newton_dropped"].sum())
         if "cg_steps" in reports.extras:
             info.update(cg_steps=float(reports.extras["cg_steps"].mean()),
                         cg_negative=float(reports.extras["cg_negative"].sum()))

@@ -107,15 +107,20 @@ def compress(M: torch.Tensor, kind: str, rank: int = 1, k: int | None = None) ->
     raise ValueError(f"unknown compressor {kind!r}")
 
 
-def newton_direction(g: torch.Tensor, H: torch.Tensor, mu: float, opt: int, l: float = 0.0) -> torch.Tensor:
+def newton_direction(g: torch.Tensor, H: torch.Tensor, mu: float, opt: int, l: float = 0.0,
+                     stats: dict | None = None) -> torch.Tensor:
     """Option 1: [H]_μ⁻¹ g; Option 2: (H + lI)⁻¹ g — for a dense H or a diagonal (a vector). Option 2's
     system is singular wherever l = 0 and H is (round 0 with Hᵢ⁰ = ∇²fᵢ(x⁰) on a softmax model): there
-    the minimum-norm solution (``base.newton_solve``); Option 1's [H]_μ ⪰ μI never is."""
-    if H.ndim == 1:
-        return g / project(H, mu) if opt == 1 else newton_solve(H + l, g)
+    the minimum-norm solution without the directions rounding decides (``base.newton_solve``, which
+    counts them in ``stats["dropped"]``); Option 1's [H]_μ ⪰ μI never is. A NaN or Inf in H or g
+    stops the run as diverged (``TrainingDivergedError``), naming it."""
     if opt == 1:
-        return torch.linalg.solve(project(H, mu), g)
-    return newton_solve(H + l * torch.eye(len(H), dtype=H.dtype), g)
+        if not (bool(torch.isfinite(H).all()) and bool(torch.isfinite(g).all())):
+            return newton_solve(H, g)                      # refuses the system, naming what is not finite
+        return g / project(H, mu) if H.ndim == 1 else torch.linalg.solve(project(H, mu), g)
+    if H.ndim == 1:
+        return newton_solve(H + l, g, stats)
+    return newton_solve(H + l * torch.eye(len(H), dtype=H.dtype), g, stats)
 
 
 def hutchinson_diagonal(clients, point: torch.Tensor, ids, probes: int, ctx: Context,
@@ -185,6 +190,11 @@ class FedNL(ServerStep, Algorithm):
             raise ConfigError("fednl: clients send exact gradients and Hessian differences, which the attacks do "
                               "not model")
 
+    def revision(self) -> int:
+        # Option 2's solve leaves out the directions below float32's precision (base.newton_solve), where it had
+        # solved near-singular systems into huge steps after results were cached: only Option 2's keys change
+        return 1 if self.opt == 2 else 0
+
     def init(self, params: torch.Tensor, num_clients: int, layout: ParamLayout | None = None) -> FedNLState:
         d = params.numel()
         shape = (d, d) if self.mode(d) == "full" else (d,)
@@ -228,7 +238,10 @@ class FedNL(ServerStep, Algorithm):
         H = H_sum / int(seen.sum())                         # Hᵏ: before this round's learning step
         g = reports.updates.double().mean(dim=0)
         alpha, mu = self.rates(g.numel())
-        direction = newton_direction(g, H, mu, self.opt, float(ex["fednl_l"].mean()))
+        stats: dict = {}
+        direction = newton_direction(g, H, mu, self.opt, float(ex["fednl_l"].mean()), stats)
         H_sum = H_sum + alpha * ex["fednl_S"].sum(dim=0)
         info = {"hessian_error": float(ex["fednl_l"].mean()), "direction_norm": float(direction.norm())}
+        if self.opt == 2:                # directions left out of Option 2's solve (base.newton_solve)
+            info["newton_dropped"] = float(stats.get("dropped", 0))
         return Aggregate(direction.to(reports.updates.dtype), FedNLState(H_sum, seen), info)
