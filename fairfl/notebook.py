@@ -11,6 +11,7 @@ over seeds, and the paper's numbers beside ours.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -398,20 +399,32 @@ def committed_form(path: Path) -> str:
     return text
 
 
+# How long the save hook waits for another git command (a `git status` in a terminal, an editor's
+# git integration) to release the index's lock before it gives up and says so
+INDEX_LOCK_WAIT = 60.0
+
+
 def refresh_git_index(os_path: str, model: Mapping[str, Any], contents_manager: Any = None, wait: bool = False,
-                      **_: Any) -> None:
+                      lock_wait: float = INDEX_LOCK_WAIT, **_: Any) -> None:
     """Jupyter's post-save hook (``make lab`` sets it): after JupyterLab saves a tracked notebook
     whose stored form is the one in git's index (Run All and save: only outputs changed), refresh
     that index entry (``git add`` of content equal to the index stores nothing). Git's status
     otherwise lists the notebook as modified although ``git diff`` shows nothing: a file whose size
     changed is taken as changed without running the clean filter. Runs in a thread (the filter
     takes seconds; a save must not wait for it) unless ``wait``; a notebook with a real change, an
-    untracked one, or one outside a git repository is left alone."""
+    untracked one, or one outside a git repository is left alone.
+
+    Another git command holding the index (``.git/index.lock``: a ``git status`` in a terminal) makes
+    ``git add`` fail at once; the hook retries for up to ``lock_wait`` seconds. Whatever still fails is
+    said in the Jupyter server's log (``contents_manager.log``, the terminal of ``make lab``) with
+    the command that fixes it, never swallowed; a save itself never fails because of it."""
     import subprocess
     import threading
+    import time
     if model.get("type") != "notebook":
         return
     path = Path(os_path)
+    log = getattr(contents_manager, "log", None) or logging.getLogger("fairfl.notebook")
 
     def git(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["git", *args], cwd=path.parent, capture_output=True, text=True, timeout=300)
@@ -419,10 +432,24 @@ def refresh_git_index(os_path: str, model: Mapping[str, Any], contents_manager: 
     def refresh() -> None:
         try:
             indexed = git("show", f":./{path.name}")
-            if indexed.returncode == 0 and committed_form(path) == indexed.stdout:
-                git("add", "--", path.name)
-        except (OSError, ValueError, subprocess.SubprocessError):    # a courtesy: never fail a save
-            pass
+            if indexed.returncode != 0 or committed_form(path) != indexed.stdout:
+                return                                   # untracked, not in a repository, or a real change
+            deadline, pause = time.monotonic() + lock_wait, 0.1
+            while True:
+                done = git("add", "--", path.name)
+                if done.returncode == 0:
+                    return
+                locked = "index.lock" in done.stderr
+                if not locked or time.monotonic() + pause > deadline:
+                    break
+                time.sleep(pause)                        # another git command holds the index: it ends soon
+                pause = min(2 * pause, 2.0)
+            why = ("another git command held the index (.git/index.lock) for "
+                   f"{lock_wait:.0f} s" if locked else f"git add failed: {done.stderr.strip()[:300]}")
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            why = f"{type(e).__name__}: {e}"
+        log.warning("fairfl: saved %s, but could not refresh its entry in git's index (%s); `git status` lists it "
+                    "as modified until you run `git add %s` (its committed form is unchanged)", path, why, path)
     if wait:
         refresh()
     else:
