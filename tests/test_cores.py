@@ -239,7 +239,7 @@ def test_a_sweeps_report_tells_other_processes_use_of_the_cores_from_its_own_idl
 
 
 def _share_around(burn) -> tuple:
-    """(other processes' share by ``sweeps._others_share``, wall seconds, the machine's busy CPU seconds,
+    """(other processes' share by ``sweeps.others_share``, wall seconds, the machine's busy CPU seconds,
     the CPU ``burn()`` says it burnt) over a call of ``burn``, as a sweep measures them."""
     import time
 
@@ -247,7 +247,7 @@ def _share_around(burn) -> tuple:
     busy0, tree0, start = cores.machine_busy(), cores.tree_cpu(), time.perf_counter()
     burnt = burn()
     wall = time.perf_counter() - start
-    share = sweeps._others_share(busy0, tree0, wall)
+    share = sweeps.others_share(busy0, tree0, wall)
     return share, wall, cores.machine_busy() - busy0, burnt
 
 

@@ -112,9 +112,9 @@ if __name__ == "__main__":
     cfg = ExperimentConfig(dataset="fashion_mnist", model="cnn_fmnist",
                            partition=PartitionSpec("shards", num_clients=10, shards_per_client=2),
                            local=LocalTraining(epochs=5, batch_size=10, lr=0.01), rounds=1000, clients_per_round=5)
-    from fairfl.sweeps import _worker_run_group, _portable
+    from fairfl.sweeps.workers import _worker_run_group, portable
     pool = ProcessBackend(workers=2)._start()
-    futures = [pool.submit(_worker_run_group, ([_portable(cfg.replace(seed=s))], sys.argv[2])) for s in range(2)]
+    futures = [pool.submit(_worker_run_group, ([portable(cfg.replace(seed=s))], sys.argv[2])) for s in range(2)]
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(pool._processes) < 2:
         time.sleep(0.1)
@@ -161,8 +161,8 @@ def test_runs_of_the_reference_loop_go_out_singly_and_fused_runs_in_lockstep_gro
     assert plan_groups(fused, slots=2) == [[0, 2, 4], [1, 3, 5]]
     assert plan_groups(reference, slots=2) == [[0], [1], [2], [3], [4]]
     # with the family's rate measured, no group above a quarter of the sweep (two runs a group at least)
-    from fairfl.sweeps import _rate_key
-    rates = {_rate_key(CFG): 0.5, _rate_key(reference[0]): 0.5}
+    from fairfl.sweeps import rate_key
+    rates = {rate_key(CFG): 0.5, rate_key(reference[0]): 0.5}
     assert plan_groups(fused + reference, slots=2, rates=rates) == [[0, 3], [1, 4], [2, 5], [6], [7], [8], [9], [10]]
     assert plan_groups(fused[:4], slots=2, rates=rates) == [[0, 2], [1, 3]]
     assert plan_groups(fused, slots=1, rates=rates) == [[0, 1, 2, 3, 4, 5]]   # one worker (or one GPU): one group
@@ -181,7 +181,7 @@ def test_groups_are_cut_and_ordered_by_the_seconds_each_family_measured(tmp_path
     configs = cheap + costly
     blind = plan_groups(configs, slots=2)
     assert blind == [list(range(8)), list(range(8, 16))]           # alike by client-epochs: one group each
-    rates = {sweeps._rate_key(cheap[0]): 1.0, sweeps._rate_key(costly[0]): 10.0}
+    rates = {sweeps.rate_key(cheap[0]): 1.0, sweeps.rate_key(costly[0]): 10.0}
     groups = plan_groups(configs, slots=2, rates=rates)
     assert all(i >= 8 for i in groups[0] + groups[1] + groups[2] + groups[3])      # the costly family first,
     assert len([g for g in groups if g[0] >= 8]) == 4 and sorted(sum(groups, [])) == list(range(16))   # cut in 4
@@ -190,11 +190,11 @@ def test_groups_are_cut_and_ordered_by_the_seconds_each_family_measured(tmp_path
     # a family the sweeps have not measured is taken as a typical one (and nothing is cut by cost, which
     # would compare unlike units), and a sweep stores what it measured
     assert plan_groups(cheap, slots=2, rates={"another family": 3.0}) == plan_groups(cheap, slots=2)
-    assert len(plan_groups(configs, slots=2, rates={sweeps._rate_key(costly[0]): 10.0})) == len(blind)
+    assert len(plan_groups(configs, slots=2, rates={sweeps.rate_key(costly[0]): 10.0})) == len(blind)
     assert sweeps.measured_rates(tmp_path) == {}
     run_many(cheap[:2], backend=SerialBackend(), root=tmp_path, progress=False)
     (key, rate), = sweeps.measured_rates(tmp_path).items()
-    assert key == sweeps._rate_key(cheap[0]) == sweeps._rate_key(cheap[0].replace(
+    assert key == sweeps.rate_key(cheap[0]) == sweeps.rate_key(cheap[0].replace(
         partition=dataclasses.replace(CFG.partition, seed=7))) and rate > 0
     (tmp_path / sweeps.RATES_FILE).write_text("not json")                           # a hint, never an error
     assert sweeps.measured_rates(tmp_path) == {}
@@ -214,5 +214,5 @@ def test_a_group_holds_the_runs_of_one_partition():
     assert len(groups) == 3
     # with the family's rate measured, each partition's third of the sweep in two groups: three groups on
     # two workers would leave one idle for a third of the sweep
-    from fairfl.sweeps import _rate_key
-    assert len(plan_groups(configs, slots=2, rates={_rate_key(configs[0]): 1.0})) == 6
+    from fairfl.sweeps import rate_key
+    assert len(plan_groups(configs, slots=2, rates={rate_key(configs[0]): 1.0})) == 6

@@ -1,0 +1,43 @@
+"""One tuning protocol for every method, and the statistics that turn its runs into verdicts —
+the machinery of the one-protocol benchmark (notebook 06).
+
+**Tuning.** Each method has a grid of :class:`Axis` (the knobs every method shares — server step,
+local learning rate — and its own); :func:`latin_design` draws the same number of configurations
+for every method, :func:`extension` names the one configuration that continues a winning grid
+edge, and :func:`select` chooses on the clients' *validation* splits by a stated criterion. The
+choice cannot see the test split: :func:`validation_score` reads only ``History.val_acc``, and
+:func:`select` sees the histories through :class:`ValidationView`, which has no test scores.
+
+Criteria (of the clients' validation accuracies at the last evaluation, averaged over the tuning
+seeds): ``"mean"``, ``"worst10"`` (mean of the worst 10 % of clients), ``"mean-std"`` (mean minus
+the clients' standard deviation: accuracy and fairness with equal weight).
+
+**Federations that can speak.** :func:`constant_accuracy` is the best constant predictor's
+validation accuracy; a federation enters the tables and the claims of a track only where the
+track's trained reference beats it (:func:`speaks`).
+
+**Statistics over seeds** (see the comment above :func:`subset_means`): seed-paired differences,
+exact sign-flip intervals that stay inside the metric's range, three-valued verdicts against
+declared margins (:class:`Comparison`, :class:`Claim`, :func:`judge`) with Holm's correction over
+the declared claims, Benjamini–Hochberg q-values on the exploratory table (:func:`summary`), and
+the smallest difference the design can detect (:func:`detectable_difference`).
+
+**Outputs.** :func:`write_table` / :func:`read_table`: CSV files with a first line naming their
+kind, schema and protocol version; :func:`client_rows` gives a run's long-format rows (one per
+client and split).
+
+The modules: :mod:`~fairfl.protocol.scores` (criteria, reported metrics and their ranges, a run's
+numbers and rows, the Pareto front), :mod:`~fairfl.protocol.tuning` (grids, designs, the choice on
+validation, federations that can speak), :mod:`~fairfl.protocol.statistics` (sign-flip p-values and
+intervals, Holm, Benjamini–Hochberg), :mod:`~fairfl.protocol.verdicts` (the tables and the claims'
+verdicts), :mod:`~fairfl.protocol.files` (the CSV files). Every name is importable from
+``fairfl.protocol``."""
+from .files import SCHEMAS, read_table, write_table  # noqa: F401
+from .scores import (CRITERIA, LOWER_IS_BETTER, METRIC_RANGE, REPORTED, SCORED, client_rows,  # noqa: F401
+                     difference_range, local_steps, pareto_front, reported)
+from .statistics import (DRAWS, EXACT_SEEDS, benjamini_hochberg, bounds, detectable_difference, holm,  # noqa: F401
+                         location, p_greater, p_less, p_two_sided, paired, subset_means)
+from .tuning import (Axis, ValidationView, constant_accuracy, extension, latin_design, point_label,  # noqa: F401
+                     select, speaks, validation_score)
+from .verdicts import (CONTRADICTED, INCONCLUSIVE, KEYS, KINDS, NOT_JUDGED, SUPPORTED, Claim,  # noqa: F401
+                       Comparison, judge, summary, wide)
