@@ -22,7 +22,7 @@ import pandas as pd
 
 from .claims import PROFILES
 from .errors import ConfigError
-from .paths import EXPLORE_ENV, exploring_dir, figures_root
+from .paths import EXPLORE_ENV, STAGING_ENV, exploring_dir, figures_root
 
 
 def resolve_profile(profile: str | None) -> str:
@@ -39,14 +39,18 @@ def resolve_profile(profile: str | None) -> str:
     return profile
 
 
-def figure_dir(profile: str, exploring: bool = False) -> Path:
+def figure_dir(profile: str, exploring: bool = False, settings: dict | None = None) -> Path:
     """Where a notebook's figures go: ``figures/`` for quick and paper, ``figures/smoke/`` for
     smoke (a CI run never overwrites the real figures), and :func:`exploring_dir` for a run
-    whose settings differ from its profile's (``-p``, or an edited parameters cell): an
-    exploration never replaces a reproduced figure."""
+    whose settings differ from its profile's (``-p``, or an edited parameters cell; ``settings``:
+    those that differ, which name its folder): an exploration never replaces a reproduced figure."""
     if exploring:
-        return exploring_dir(profile)
+        return exploring_dir(profile, settings)
     return figures_root() / "smoke" if profile == "smoke" else figures_root()
+
+
+# The file in a staging folder that says where its figures go (fairfl reproduce moves them there)
+DESTINATION = ".destination"
 
 
 # ----------------------------------------------------------------------------- the header
@@ -58,10 +62,13 @@ class Session:
 
     profile: str
     settings: dict[str, Any]
-    figures: Path
+    figures: Path                    # where the notebook writes its figures and tables now
     backend: Any
     device: str = "cpu"
     overridden: dict[str, tuple[Any, Any]] = field(default_factory=dict)   # {setting: (profile's, this run's)}
+    # where they end up: ``figures`` itself, or, under ``fairfl reproduce``, the folder its staging
+    # folder (``figures``) is moved into once the notebook has run to its end
+    destination: Path | None = None
 
     def __getitem__(self, key: str) -> Any:
         return self.settings[key]
@@ -111,7 +118,7 @@ def _profile_source(given: str | None) -> str:
 
 
 def header_line(notebook: str | None, profile: str, given: str | None, settings: Mapping[str, Any],
-                overridden: Mapping[str, tuple], exploring: bool, device: str, figures: Path) -> str:
+                overridden: Mapping[str, tuple], exploring: bool, device: str, figures: Path | str) -> str:
     """The one line a notebook prints first (:func:`start`): its profile and why, the time it is
     expected to take here (``fairfl reproduce`` announces the same), what it explores, where its
     figures go, its settings and device."""
@@ -167,8 +174,17 @@ def start(profile: str | None, profiles: Mapping[str, Mapping[str, Any]], worker
     # exploring: settings changed in the parameters cell, or any -p of `fairfl reproduce` (which may
     # change what no profile setting names, e.g. notebook 04's `shakespeare`)
     exploring = bool(overridden) or bool(os.environ.get(EXPLORE_ENV))
-    session = Session(profile, settings, figure_dir(profile, exploring), backend, device, overridden)
-    print(header_line(notebook, profile, given, settings, overridden, exploring, device, session.figures), flush=True)
+    destination = figure_dir(profile, exploring, {k: v for k, (_, v) in overridden.items()})
+    # under `fairfl reproduce` everything the notebook writes is staged, and moved into place only when it
+    # has run to its end: a failed or interrupted run leaves the last good set of figures whole
+    staging = os.environ.get(STAGING_ENV)
+    if staging:
+        Path(staging).mkdir(parents=True, exist_ok=True)
+        (Path(staging) / DESTINATION).write_text(str(destination), encoding="utf-8")
+    session = Session(profile, settings, Path(staging) if staging else destination, backend, device, overridden,
+                      destination)
+    shown = f"{destination} (staged until the notebook has run to its end)" if staging else destination
+    print(header_line(notebook, profile, given, settings, overridden, exploring, device, shown), flush=True)
     return session
 
 

@@ -92,13 +92,33 @@ def notebooks_root() -> Path:
 
 
 # Set by `fairfl reproduce -p ...` for its kernels: the folder its executed notebooks go to
-# (outputs/<profile>/explore/, or under --output), where the exploration's figures go too.
+# (outputs/<profile>/explore/<its settings>/, or under --output), where the exploration's figures go too.
 EXPLORE_ENV = "FAIRFL_EXPLORE_DIR"
+# Set by `fairfl reproduce` for its kernels: the folder a notebook's figures and tables are written to
+# while it runs, moved into place only once it has run to its end (fairfl.notebook.Session)
+STAGING_ENV = "FAIRFL_FIGURES_STAGING"
 
 
-def exploring_dir(profile: str) -> Path:
+def exploration_name(settings: dict) -> str:
+    """The folder name of an exploration: its settings, ``rounds=3`` or ``rounds=3,seeds=[0,1]``
+    (sorted by name; characters a file name should not hold become ``_``; a long one is cut and
+    ends in a hash of the whole, so two explorations never share a folder)."""
+    import hashlib
+    import json
+    text = ",".join(f"{k}={json.dumps(v, sort_keys=True, separators=(',', ':'), default=str)}"
+                    for k, v in sorted(settings.items()))
+    safe = "".join(c if c.isalnum() or c in "=,.-[]" else "_" for c in text) or "explore"
+    if len(safe) > 80:
+        safe = f"{safe[:64]}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    return safe
+
+
+def exploring_dir(profile: str, settings: dict | None = None) -> Path:
     """Where an exploration (settings that differ from the profile's) writes its figures: beside its
     executed notebooks, ``$FAIRFL_EXPLORE_DIR`` when ``fairfl reproduce -p`` set it, else
-    ``outputs/<profile>/explore/``."""
+    ``outputs/<profile>/explore/<its settings>/`` (:func:`exploration_name`): each exploration its
+    own folder, so a second one never replaces the first's figures."""
     given = os.environ.get(EXPLORE_ENV)
-    return Path(given) if given else outputs_root() / profile / "explore"
+    if given:
+        return Path(given)
+    return outputs_root() / profile / "explore" / exploration_name(settings or {})

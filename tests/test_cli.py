@@ -348,7 +348,8 @@ def test_exploring_never_touches_the_reproduced_figures(tmp_path):
     """Notebook 00 reproduced in smoke, then explored twice: with `-p rounds=3`, and with the
     parameters cell edited (`rounds = 4`) and run cell by cell in a kernel, as JupyterLab does.
     The reproduced figures keep their checksums; each exploration's figures go beside its executed
-    notebook (outputs/smoke/explore/). Before, both wrote over figures/smoke/00_tour_*.png."""
+    notebook, in a folder of its own named by its settings (outputs/smoke/explore/rounds=3/, …/rounds=4/).
+    Before, both wrote over figures/smoke/00_tour_*.png; then, every exploration shared one folder."""
     import nbformat
     from nbclient import NotebookClient
     figures, outputs = tmp_path / "figures", tmp_path / "outputs"
@@ -362,7 +363,7 @@ def test_exploring_never_touches_the_reproduced_figures(tmp_path):
     r = _reproduce("00", "--profile", "smoke", "-p", "rounds=3", "--quiet", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert _checksums(figures) == reproduced
-    explored = outputs / "smoke" / "explore"
+    explored = outputs / "smoke" / "explore" / "rounds=3"
     by_p = _checksums(explored)
     assert "00_tour.ipynb" in by_p and "00_tour_curves.png" in by_p, sorted(by_p)
     assert by_p["00_tour_curves.png"] != reproduced["smoke/00_tour_curves.png"]      # three rounds, not two
@@ -378,10 +379,72 @@ def test_exploring_never_touches_the_reproduced_figures(tmp_path):
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute(env={**kernel_env, "FAIRFL_PROFILE": "smoke"})
     assert _checksums(figures) == reproduced
-    by_cell = _checksums(explored)
+    assert _checksums(explored) == by_p                                   # the first exploration's, untouched
+    edited = outputs / "smoke" / "explore" / "rounds=4"
+    by_cell = _checksums(edited)
     assert by_cell["00_tour_curves.png"] not in (by_p["00_tour_curves.png"], reproduced["smoke/00_tour_curves.png"])
     said = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
-    assert "rounds=4 (profile: 2)" in said and f"figures -> {explored}" in said
+    assert "rounds=4 (profile: 2)" in said and f"figures -> {edited}" in said
+
+
+STAGED = ["import os\nfrom pathlib import Path\nimport matplotlib.pyplot as plt\nfrom fairfl.notebook import start\n"
+          "session = start(profile, {'smoke': {}, 'quick': {}, 'paper': {}}, notebook='98_staged')\n"
+          "fig, ax = plt.subplots(figsize=(3.3, 2.2))\n"
+          "ax.set_title(f\"{Path(os.environ['STAGED_TITLE']).read_text()} {label or ''}\")\nax.plot([0, 1], [0, 1])\n"
+          "session.save(fig, '98_staged')\n"
+          "(session.figures / '98_staged.csv').write_text('a,b\\n1,2\\n')",
+          "if Path(os.environ['STAGED_FAIL']).exists():\n    raise RuntimeError('failed after drawing its figure')"]
+
+
+@pytest.mark.slow
+def test_a_failed_reproduce_leaves_the_last_good_figures_whole_and_each_exploration_its_folder(tmp_path):
+    """A notebook that draws its figure and writes a table, then fails: under `reproduce` both were
+    staged, so the figures folder keeps the last good run's files byte for byte and the failed
+    run's are kept beside its failed notebook (`<name>.failed.figures/`), both said in its line.
+    Two explorations (`-p label=…`) get two folders named by their settings, and an interrupted or
+    failed one is kept in its own folder."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("profile = None\nlabel = None", metadata={"tags": ["parameters"]}),
+                *(nbformat.v4.new_code_cell(src) for src in STAGED)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "98_staged.ipynb"
+    nbformat.write(nb, path)
+    title, fail = tmp_path / "title.txt", tmp_path / "fail"
+    figures, outputs = tmp_path / "figures", tmp_path / "outputs"
+    env = {**_env_with_progress(tmp_path), "FAIRFL_FIGURES": str(figures), "FAIRFL_OUTPUTS": str(outputs),
+           "FAIRFL_RESULTS": str(tmp_path / "results"), "STAGED_TITLE": str(title), "STAGED_FAIL": str(fail),
+           "FAIRFL_PROGRESS": "off"}
+    title.write_text("first")
+    r = _reproduce(str(path), "--profile", "smoke", "--quiet", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    good = _checksums(figures)
+    assert set(good) == {"smoke/98_staged.png", "smoke/98_staged.pdf", "smoke/98_staged.csv"}, good
+    assert not list(outputs.rglob(".*partial*"))                          # nothing staged is left behind
+
+    title.write_text("second")
+    fail.write_text("")
+    r = _reproduce(str(path), "--profile", "smoke", "--quiet", env=env)
+    assert r.returncode == 1 and "FAILED  98_staged.ipynb" in r.stdout, r.stdout + r.stderr
+    assert "the last good figures are unchanged" in r.stdout and "98_staged.failed.figures" in r.stdout, r.stdout
+    assert _checksums(figures) == good                                    # whole: the last good set
+    drawn = _checksums(outputs / "smoke" / "98_staged.failed.figures")
+    assert set(drawn) == {"98_staged.png", "98_staged.pdf", "98_staged.csv"}
+    assert drawn["98_staged.png"] != good["smoke/98_staged.png"]          # the failed run's own figure
+
+    fail.unlink()
+    for label in ("a", "b"):
+        r = _reproduce(str(path), "--profile", "smoke", "-p", f"label={label}", "--quiet", env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+    explored = {p.name: _checksums(p) for p in (outputs / "smoke" / "explore").iterdir()}
+    assert set(explored) == {'label=_a_', 'label=_b_'}, sorted(explored)
+    assert explored["label=_a_"]["98_staged.png"] != explored["label=_b_"]["98_staged.png"]
+    assert _checksums(figures) == good
+    fail.write_text("")
+    r = _reproduce(str(path), "--profile", "smoke", "-p", "label=a", "--quiet", env=env)
+    assert r.returncode == 1 and str(outputs / "smoke" / "explore" / "label=_a_" / "98_staged.failed.ipynb") in r.stdout
+    after = _checksums(outputs / "smoke" / "explore" / "label=_a_")
+    assert {k: v for k, v in after.items() if not k.startswith("98_staged.failed")} == explored["label=_a_"]
+    assert "98_staged.failed.figures/98_staged.png" in after
 
 
 # ----------------------------------------------------------------------------- a command line that forgives

@@ -607,9 +607,9 @@ def test_a_newcomers_first_afternoon_in_a_fresh_clone(browser, tmp_path, request
     reproduced = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in smoke.iterdir()}     # 00's and 06's
     assert {"00_tour_curves.png", "06_one_protocol_effects.png"} <= set(reproduced), sorted(reproduced)
     explored = shell("fairfl", "reproduce", "00", "--profile", "smoke", "-p", "rounds=3")
-    assert "ok      00_tour.ipynb" in explored and "outputs/smoke/explore/00_tour.ipynb" in explored, explored
+    assert "ok      00_tour.ipynb" in explored and "outputs/smoke/explore/rounds=3/00_tour.ipynb" in explored, explored
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in smoke.iterdir()} == reproduced
-    assert (clone / "outputs" / "smoke" / "explore" / "00_tour_curves.png").is_file()
+    assert (clone / "outputs" / "smoke" / "explore" / "rounds=3" / "00_tour_curves.png").is_file()
 
     # nothing tracked changed: git sees the saved notebooks as committed (its index refreshed by make lab's hook)
     deadline = time.time() + 120

@@ -217,8 +217,12 @@ def cmd_reproduce(args) -> int:
             os.environ["FAIRFL_RAY_ADDRESS"] = args.address
     # the kernels' progress bars as text: a widget has no state in the executed notebook (fairfl.progress)
     os.environ.setdefault("FAIRFL_PROGRESS", "text")
-    # A run with -p explores: its executed notebooks go beside the reproduced ones, never over them.
-    out_dir = Path(args.output or outputs_root()) / profile / ("explore" if parameters else "")
+    # A run with -p explores: its executed notebooks go beside the reproduced ones, never over them, each
+    # exploration into a folder of its own named by its settings (outputs/<profile>/explore/rounds=3/)
+    from ..paths import exploration_name
+    out_dir = Path(args.output or outputs_root()) / profile
+    if parameters:
+        out_dir = out_dir / "explore" / exploration_name(parameters)
     out_dir.mkdir(parents=True, exist_ok=True)
     if parameters:           # and its figures beside them (fairfl.notebook.figure_dir), not over the reproduced ones
         from ..paths import EXPLORE_ENV
@@ -251,6 +255,12 @@ def _reproduce_one(nb: Path, out_dir: Path, profile: str, parameters: dict, devi
     claims_partial = out_dir / f".{nb.stem}.claims.partial.json"
     claims_partial.unlink(missing_ok=True)
     os.environ["FAIRFL_CLAIMS_FILE"] = str(claims_partial)  # the kernel inherits it (fairfl.claims)
+    # and its figures and tables to a staging folder, moved into place when it has run to its end
+    from ..paths import STAGING_ENV
+    staging = out_dir / f".{nb.stem}.figures.partial"
+    failed_figures = out_dir / f"{nb.stem}.failed.figures"
+    _remove(staging)
+    os.environ[STAGING_ENV] = str(staging)
     given = "".join(f" {k}={v!r}" for k, v in parameters.items())
     expected = expected_time(nb.name, profile, device) if not parameters else "not measured (parameters changed)"
     print(f"start   {nb.name:<40} {time.strftime('%H:%M:%S')}  {profile}{given}; expected {expected}", flush=True)
@@ -258,8 +268,10 @@ def _reproduce_one(nb: Path, out_dir: Path, profile: str, parameters: dict, devi
     def interrupted(said: str | None) -> None:
         interrupt.stop_now = None           # said once: a later Ctrl-C only ends the process
         _keep_partial(partial, failed)
+        _keep_partial(staging, failed_figures)
         claims_partial.unlink(missing_ok=True)
-        kept = f"the last good one is kept at {target}" if target.is_file() else "there is no earlier executed one"
+        kept = (f"the last good one is kept at {target}, its figures as they were" if target.is_file()
+                else "there is no earlier executed one")
         said = said or "finished runs stay cached and a run stopped at its checkpoint resumes when you run it again"
         print(f"\ninterrupted  {nb.name} after {time.time() - t0:.1f} s: {said}; {kept}", flush=True)
     interrupt.stop_now = lambda: interrupted("stopped at once (a second Ctrl-C); a run stopped at its checkpoint "
@@ -285,6 +297,7 @@ def _reproduce_one(nb: Path, out_dir: Path, profile: str, parameters: dict, devi
             said = str(getattr(e, "evalue", "")) or None
     finally:
         os.environ.pop("FAIRFL_CLAIMS_FILE", None)
+        os.environ.pop(STAGING_ENV, None)
     seconds = time.time() - t0
     if interrupt.asked:
         interrupted(said)
@@ -292,9 +305,14 @@ def _reproduce_one(nb: Path, out_dir: Path, profile: str, parameters: dict, devi
     interrupt.stop_now = None
     if error is not None:
         _keep_partial(partial, failed)
+        _keep_partial(staging, failed_figures)
         claims_partial.unlink(missing_ok=True)
-        print(f"FAILED  {nb.name:<40} {seconds:7.1f} s  {error}  (see {failed if failed.is_file() else target})")
+        figures = f"; the figures it drew: {failed_figures}" if failed_figures.is_dir() else ""
+        print(f"FAILED  {nb.name:<40} {seconds:7.1f} s  {error}  (see {failed if failed.is_file() else target}"
+              f"{figures}; the last good figures are unchanged)")
         return "failed"
+    _move_into_place(staging, _destination(staging))
+    _remove(failed_figures)
     os.replace(partial, target)
     if claims_partial.is_file():
         os.replace(claims_partial, claims_file)
@@ -306,6 +324,44 @@ def _reproduce_one(nb: Path, out_dir: Path, profile: str, parameters: dict, devi
 
 
 def _keep_partial(partial: Path, failed: Path) -> None:
-    """A failed or interrupted notebook is kept as ``<name>.failed.ipynb``, beside the last good one."""
-    if partial.is_file():
+    """A failed or interrupted notebook is kept as ``<name>.failed.ipynb`` beside the last good one,
+    and the figures it drew as ``<name>.failed.figures/`` (the last good ones stay where they are)."""
+    if partial.is_dir():
+        from ..notebook import DESTINATION
+        _remove(failed)
         os.replace(partial, failed)
+        (failed / DESTINATION).unlink(missing_ok=True)
+    elif partial.is_file():
+        os.replace(partial, failed)
+
+
+def _remove(folder: Path) -> None:
+    import shutil
+    if folder.is_dir():
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _destination(staging: Path) -> Path | None:
+    """Where the notebook's figures go: the folder ``fairfl.notebook.start`` wrote into the staging
+    folder's ``DESTINATION`` file (the one its header line names)."""
+    from ..notebook import DESTINATION
+    try:
+        return Path((staging / DESTINATION).read_text(encoding="utf-8").strip())
+    except OSError:
+        return None
+
+
+def _move_into_place(staging: Path, destination: Path | None) -> None:
+    """The staged figures and tables into their folder, file by file (each replace atomic), then the
+    staging folder removed. Nothing staged (a notebook that saves nothing): nothing moves."""
+    if not staging.is_dir():
+        return
+    if destination is None:
+        from ..errors import WriteError
+        raise WriteError(f"the notebook staged files in {staging} but never said where they go")
+    from ..notebook import DESTINATION
+    for source in sorted(p for p in staging.rglob("*") if p.is_file() and p.name != DESTINATION):
+        target = destination / source.relative_to(staging)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source, target)
+    _remove(staging)
