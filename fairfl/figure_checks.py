@@ -8,6 +8,7 @@ legend outside the data (no legend box over any panel); bar axes from 0; an axis
 within [0, 100].
 
     problems(fig)          every rule the figure breaks, in words; [] when it is fit for print
+    ink_at_edge(png)       the edges of a saved figure where something is drawn (a text cut by the canvas)
 
 ``fairfl.plotting.save_figure`` records the result in the PNG it writes (``scripts/contact_sheet.py``
 shows it), and tests/test_plotting.py holds every figure function of ``fairfl.plotting`` to it.
@@ -215,6 +216,20 @@ def problems(fig) -> list[str]:
         if found:
             out.append(f"{name}: {found[0]!r}" + (f" and {len(found) - 1} more" if len(found) > 1 else ""))
     return out
+
+
+def ink_at_edge(png, margin: int = 2, threshold: int = 200) -> list[str]:
+    """The edges ("top", "bottom", "left", "right") of a saved figure (a PNG file's path, or a PIL
+    image) where anything is drawn in the outermost ``margin`` pixels: a title, a label or a tick
+    label cut by the canvas shows its glyphs there, however the figure's texts measured when it was
+    drawn. Read from the file a reader sees, so it also catches what a drawing at another dpi than
+    the saved one moved, and figures drawn by any code."""
+    import numpy as np
+    from PIL import Image
+    image = png if isinstance(png, Image.Image) else Image.open(png)
+    gray = np.asarray(image.convert("L"))
+    strips = {"top": gray[:margin], "bottom": gray[-margin:], "left": gray[:, :margin], "right": gray[:, -margin:]}
+    return [edge for edge, strip in strips.items() if (strip < threshold).any()]
 
 
 def shown_size_px(fig, column_px: float) -> float:

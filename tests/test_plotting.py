@@ -711,3 +711,27 @@ def test_effect_heatmap_turns_sigma_stars_resolved_cells_and_leaves_references_b
     assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]
                 if min(a.x1, b.x1) - max(a.x0, b.x0) > 1 and min(a.y1, b.y1) - max(a.y0, b.y0) > 1]
     assert not _texts_at_least(fig, plotting.MIN_TEXT_PT)
+
+
+def test_a_text_cut_by_the_canvas_is_found_in_the_saved_file_and_no_committed_figure_has_one(tmp_path):
+    """The check the drawn texts' boxes can miss, read from the file a reader sees: ink in the
+    outermost pixels of the saved PNG (a title pushed beyond the top by a layout computed at another
+    dpi, or drawn by any code). A title placed above the canvas is found there, and said in the PNG's
+    stamp; a figure in the print style is clean; and so is every figure committed in figures/."""
+    from pathlib import Path
+    from fairfl.figure_checks import ink_at_edge
+    from fairfl.plotting import figure_stamp, save_figure
+    fig, ax = plotting.figure(width=plotting.ONE_COLUMN, height=2.0)
+    ax.plot([0, 1], [0, 1])
+    fig.text(0.5, 1.0, "a title half above the canvas", ha="center", va="center")
+    (png, _) = save_figure(fig, "cut", tmp_path)
+    assert ink_at_edge(png) == ["top"]
+    assert "drawn at the canvas edge (top)" in figure_stamp(png)["fairfl-checks"]
+    fig, ax = plotting.figure(width=plotting.ONE_COLUMN, height=2.0)
+    ax.plot([0, 1], [0, 1])
+    ax.set_title("a title in place")
+    (png, _) = save_figure(fig, "fine", tmp_path)
+    assert ink_at_edge(png) == [] and figure_stamp(png)["fairfl-checks"] == "ok"
+    committed = sorted((Path(__file__).resolve().parent.parent / "figures").glob("*.png"))
+    assert committed
+    assert {p.name: ink_at_edge(p) for p in committed if ink_at_edge(p)} == {}

@@ -276,6 +276,15 @@ def save_figure(fig: matplotlib.figure.Figure, name: str, folder: Path | None = 
     printed line."""
     folder = Path(folder or figures_root())
     found = problems(fig)
+    # and as the file shows it: ink in the outermost pixels is a text cut by the canvas
+    import io
+    from ..figure_checks import ink_at_edge
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=SAVE_DPI, bbox_inches=fig.bbox_inches)
+    buffer.seek(0)
+    edges = ink_at_edge(buffer)
+    if edges:
+        found.append(f"drawn at the canvas edge ({', '.join(edges)}): a text cut off")
     width, height = fig.get_size_inches()
     stamp = {"fairfl-style": STYLE, "fairfl-size": f"{width:.2f} x {height:.2f} in ({width_class(fig) or 'no column width'})",
              "fairfl-checks": "ok" if not found else "; ".join(found)}
