@@ -22,7 +22,7 @@ import pandas as pd
 
 from .claims import PROFILES
 from .errors import ConfigError
-from .paths import EXPLORE_ENV, STAGING_ENV, exploring_dir, figures_root
+from .paths import DESTINATION, EXPLORE_ENV, STAGING_ENV, exploring_dir, figures_root
 
 
 def resolve_profile(profile: str | None) -> str:
@@ -47,10 +47,6 @@ def figure_dir(profile: str, exploring: bool = False, settings: dict | None = No
     if exploring:
         return exploring_dir(profile, settings)
     return figures_root() / "smoke" if profile == "smoke" else figures_root()
-
-
-# The file in a staging folder that says where its figures go (fairfl reproduce moves them there)
-DESTINATION = ".destination"
 
 
 # ----------------------------------------------------------------------------- the header

@@ -97,6 +97,8 @@ EXPLORE_ENV = "FAIRFL_EXPLORE_DIR"
 # Set by `fairfl reproduce` for its kernels: the folder a notebook's figures and tables are written to
 # while it runs, moved into place only once it has run to its end (fairfl.notebook.Session)
 STAGING_ENV = "FAIRFL_FIGURES_STAGING"
+# the file in a staging folder that says where its figures go (written by the kernel, read by reproduce)
+DESTINATION = ".destination"
 
 
 def exploration_name(settings: dict) -> str:

@@ -327,7 +327,7 @@ def _keep_partial(partial: Path, failed: Path) -> None:
     """A failed or interrupted notebook is kept as ``<name>.failed.ipynb`` beside the last good one,
     and the figures it drew as ``<name>.failed.figures/`` (the last good ones stay where they are)."""
     if partial.is_dir():
-        from ..notebook import DESTINATION
+        from ..paths import DESTINATION
         _remove(failed)
         os.replace(partial, failed)
         (failed / DESTINATION).unlink(missing_ok=True)
@@ -344,7 +344,7 @@ def _remove(folder: Path) -> None:
 def _destination(staging: Path) -> Path | None:
     """Where the notebook's figures go: the folder ``fairfl.notebook.start`` wrote into the staging
     folder's ``DESTINATION`` file (the one its header line names)."""
-    from ..notebook import DESTINATION
+    from ..paths import DESTINATION
     try:
         return Path((staging / DESTINATION).read_text(encoding="utf-8").strip())
     except OSError:
@@ -359,7 +359,7 @@ def _move_into_place(staging: Path, destination: Path | None) -> None:
     if destination is None:
         from ..errors import WriteError
         raise WriteError(f"the notebook staged files in {staging} but never said where they go")
-    from ..notebook import DESTINATION
+    from ..paths import DESTINATION
     for source in sorted(p for p in staging.rglob("*") if p.is_file() and p.name != DESTINATION):
         target = destination / source.relative_to(staging)
         target.parent.mkdir(parents=True, exist_ok=True)
