@@ -50,7 +50,9 @@ from .validation import did_you_mean, option, validate_options
 # a default that computes what the code computed before may be left out at that default
 # (_ADDED_AFTER_V5), so that the earlier keys still name their results. A fix under unchanged
 # options raises Algorithm.revision for the options whose results it changes (FedNew's periodic
-# Hessian refresh, hessian_every > 1), which enters their keys only.
+# Hessian refresh, hessian_every > 1), which enters their keys only; a change of the engine that
+# changes what some configs compute raises ExperimentConfig.engine_revision for those configs (the
+# character LSTM trained stacked where batched).
 CACHE_VERSION = 7
 DEVICES = "'auto', 'cpu', 'cuda' or 'cuda:N'"
 
@@ -219,8 +221,18 @@ class ExperimentConfig:
         content = {"cache_version": CACHE_VERSION, **self.to_dict(), "device": self.device_type}
         if self.algorithm.revision():       # a fix that changed what these options compute (Algorithm.revision)
             content["algorithm_revision"] = self.algorithm.revision()
+        if self.engine_revision():          # a change of the engine that changed what these configs compute
+            content["engine_revision"] = self.engine_revision()
         blob = json.dumps(content, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def engine_revision(self) -> int:
+        """How many changes of the engine since CACHE_VERSION 7 changed what *this* config computes
+        (0: none), in its key where not 0, as :meth:`Algorithm.revision` is for an algorithm's
+        options: the results of other configs stay readable. 1: the character LSTM trains as a stack
+        (``fairfl.stacked_lstm``) where ``batched`` is on; before, it trained one instance at a time
+        on the reference path whatever ``batched`` said."""
+        return 1 if self.batched and self.model == "lstm_shakespeare" else 0
 
     def label(self) -> str:
         return f"{self.algorithm.label()} seed={self.seed}"

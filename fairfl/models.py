@@ -1,6 +1,7 @@
 """The papers' models, built by name. The feed-forward ones keep their layers in one
 ``nn.Sequential`` called ``net``, which lets ``fairfl.stacked`` train many clients' copies at
-once with fused kernels; the character LSTM does not (see ``fairfl.client`` for its path).
+once with fused kernels; the character LSTM keeps ``nn.LSTM`` (its reference path and its
+evaluations), and ``fairfl.stacked_lstm`` trains many copies of it at once.
 Every model outputs logits: the loss applies the softmax (a softmax layer followed by
 cross-entropy is a double softmax that compresses losses and changes loss-ordered methods such
 as FedFV and q-FedAvg).

@@ -166,14 +166,21 @@ def fmol_config(K: int, b: int | None = None, iid: bool = False, seed: int = 0, 
 
 
 def dqnfed_shakespeare_config(algorithm, roles: int = 31, max_samples: int = 2000, rounds: int = 500, seed: int = 0,
-                              eval_every: int | None = None, track_improved: bool = True):
+                              eval_every: int | None = None, track_improved: bool = True, batched: bool = False):
     """One run of DQN-Fed §5.4's Shakespeare setup 1 (Table 6): ``roles`` speaking roles as
     clients (LEAF's natural split), all taking part in every round, the character LSTM
     (``lstm_shakespeare``), E = 1, b = 10, local η = 0.8, each role capped at ``max_samples``
     windows (``fairfl.data.shakespeare``). The paper's η decay of 0.95 "per" an unstated unit is
     not applied. ``track_improved`` records eq. (29)'s improved participants every round (one more
     loss evaluation per participant; notebook 04's inline config before this function had it off);
-    ``eval_every`` defaults to max(1, rounds // 25), about 25 evaluations in a long run."""
+    ``eval_every`` defaults to max(1, rounds // 25), about 25 evaluations in a long run.
+
+    ``batched=False`` (the default) trains each role's instance through ``nn.LSTM`` (the reference
+    path); ``True`` stacks the instances of a round and of the runs trained alongside
+    (``fairfl.stacked_lstm``), which is a different config (its own cache entries, equal to float
+    tolerance). On a CPU the reference path is the faster one: oneDNN's fused LSTM cell against the
+    stack's batched products, 1.6-2× (``benchmarks/lstm_speed.py``); the stacked path is meant for a
+    GPU, where one instance's products at b = 10 leave the device idle."""
     from .client import LocalTraining
     from .config import ExperimentConfig
     from .partition import PartitionSpec
@@ -181,7 +188,7 @@ def dqnfed_shakespeare_config(algorithm, roles: int = 31, max_samples: int = 200
         dataset="shakespeare", dataset_options={"max_samples": max_samples}, model="lstm_shakespeare",
         partition=PartitionSpec("natural", num_clients=roles), local=LocalTraining(epochs=1, batch_size=10, lr=0.8),
         algorithm=algorithm, rounds=rounds, participation=1.0, eval_every=eval_every or max(1, rounds // 25), seed=seed,
-        track_improved=track_improved, batched=False)
+        track_improved=track_improved, batched=batched)
 
 
 # ----------------------------------------------------------------------------- a run's reported numbers

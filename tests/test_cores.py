@@ -2,7 +2,7 @@
 instances of the reference path, are computed side by side in threads, each with one intra-op
 thread, and a run's history is the one it gives on one thread — for every algorithm family, on the
 CNN (whose convolutions round otherwise on two intra-op threads), the reference path and the
-LSTM, alone, in a lockstep group and in a worker process. Also: how many threads a process takes,
+LSTM (on both paths), alone, in a lockstep group and in a worker process. Also: how many threads a process takes,
 and the pool's lending of idle workers' cores."""
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ FAMILIES = {
     **{name: CASES[name].replace(rounds=1, eval_every=1) for name in ("fedavg_cnn", "fedavg_cnn_sequential", "fedprox_mlp", "qfedavg_mlp",
                                       "afl_mlp", "fedfv_loss_mlp", "dqnfed_mlp", "adult_fedmgda_plus_sequential",
                                       "shakespeare_fedavg")},
+    # the character LSTM stacked (fairfl.stacked_lstm): the golden case on the fused path
+    "shakespeare_fedavg_stacked": CASES["shakespeare_fedavg"].replace(rounds=1, eval_every=1, batched=True),
     "fedmgda_plus_mlp": MLP.replace(algorithm={"name": "fedmgda_plus", "eps": 0.1, "decay": 0.1}),
     # the families added since: Ditto's personal training (train_from), TERM, the second-order and
     # layer-wise baselines (gradients, Hessian-vector products, dense Hessians)

@@ -1,8 +1,9 @@
 """One config gives one result, however it is run (issue: results must not depend on how they
 were run): in this process with one or two torch threads, in a worker process of the pool, and
 resumed from a checkpoint written under another thread count — bit-identical histories. The
-model is the Table 3 CNN, whose convolutions' reductions depend on the thread count when left
-free (measured: 2.6393633 vs 2.6393638 after one round, 3.69 vs 4.03 after two)."""
+models: the Table 3 CNN, whose convolutions' reductions depend on the thread count when left
+free (measured: 2.6393633 vs 2.6393638 after one round, 3.69 vs 4.03 after two), and the stacked
+character LSTM (``fairfl.stacked_lstm``)."""
 from __future__ import annotations
 
 import pytest
@@ -16,6 +17,9 @@ CFG = ExperimentConfig(dataset="fashion_mnist", model="cnn_fmnist",
                        partition=PartitionSpec("shards", num_clients=20, shards_per_client=2),
                        local=LocalTraining(epochs=1, batch_size=10, lr=0.05), rounds=3, clients_per_round=3,
                        eval_every=1, checkpoint_every=1)
+TEXT = ExperimentConfig(dataset="shakespeare", dataset_options={"max_samples": 40}, model="lstm_shakespeare",
+                        partition=PartitionSpec("natural", num_clients=3), local=LocalTraining(epochs=1, batch_size=10, lr=0.8),
+                        rounds=2, participation=1.0, eval_every=1, checkpoint_every=1)
 
 
 def same(a, b) -> bool:
@@ -31,16 +35,18 @@ def threads():
 
 
 @pytest.mark.slow
-def test_one_config_one_result_whatever_the_threads_backend_or_resume(fmnist, threads, tmp_path):
+@pytest.mark.parametrize("name", ["cnn", "lstm"])
+def test_one_config_one_result_whatever_the_threads_backend_or_resume(fmnist, threads, tmp_path, name):
+    config = {"cnn": CFG, "lstm": TEXT}[name]
     threads(1)
-    one = run_many([CFG], backend=SerialBackend(), root=tmp_path / "one", progress=False)[0]
+    one = run_many([config], backend=SerialBackend(), root=tmp_path / "one", progress=False)[0]
     threads(2)
-    two = run_many([CFG], backend=SerialBackend(), root=tmp_path / "two", progress=False)[0]
+    two = run_many([config], backend=SerialBackend(), root=tmp_path / "two", progress=False)[0]
     assert same(one, two), "1 and 2 torch threads give different histories"
     with ProcessBackend(workers=1) as pool:
-        worker = run_many([CFG], backend=pool, root=tmp_path / "pool", progress=False)[0]
+        worker = run_many([config], backend=pool, root=tmp_path / "pool", progress=False)[0]
     assert same(one, worker), "a pool worker gives another history"
-    simulate(CFG, checkpoint_dir=tmp_path / "resume", progress=False, stop_after=1)   # two threads ...
+    simulate(config, checkpoint_dir=tmp_path / "resume", progress=False, stop_after=1)   # two threads ...
     threads(1)
-    resumed = simulate(CFG, checkpoint_dir=tmp_path / "resume", progress=False)        # ... resumed under one
+    resumed = simulate(config, checkpoint_dir=tmp_path / "resume", progress=False)        # ... resumed under one
     assert same(one, resumed), "a run resumed under another thread count differs"

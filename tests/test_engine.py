@@ -284,6 +284,40 @@ def test_a_stack_cut_into_chunks_gives_each_run_its_result_alone(fmnist, monkeyp
     assert trained <= exact, (trained, exactness._EXACT_SIZES)
 
 
+# The character LSTM stacked (fairfl.stacked_lstm): three roles of at most 40 windows (32 to train on:
+# batches of 10, 10, 10 and 2)
+TEXT = ExperimentConfig(dataset="shakespeare", dataset_options={"max_samples": 40}, model="lstm_shakespeare",
+                        partition=PartitionSpec("natural", num_clients=3), local=LocalTraining(epochs=1, batch_size=10, lr=0.8),
+                        rounds=2, participation=1.0, eval_every=1, track_improved=True, checkpoint_every=1)
+
+
+@pytest.mark.slow
+def test_the_stacked_lstms_runs_give_their_results_alone_in_a_group_and_wherever_cut(monkeypatch):
+    # Four runs of the LSTM, three of one fusion key (their clients share stacks) and a FedProx run
+    # with momentum beside them: in one lockstep group, and in a group whose stacks are cut at two
+    # instances (a run's clients beside another run's, a run over two stacks), every run gives its
+    # history alone bit for bit; and its stacks were really shared.
+    fedavg = TEXT.replace(algorithm=FedAvg())
+    configs = [fedavg, fedavg.replace(seed=1, local=LocalTraining(epochs=1, batch_size=10, lr=0.5)),
+               TEXT.replace(algorithm=QFedAvg(q=1.0), seed=2),
+               TEXT.replace(algorithm=FedProx(mu=0.1), local=LocalTraining(epochs=1, batch_size=10, lr=0.5, momentum=0.5))]
+    monkeypatch.setattr(engine.cores, "threads", lambda: 1)       # cuts made for one thread, as the budget says
+    alone = [state(simulate(c, progress=False)) for c in configs]
+    cuts = []
+    real = fused._chunks
+    monkeypatch.setattr(fused, "_chunks", lambda *a: cuts.append([(len(c), n) for c, n in real(*a)]) or real(*a))
+    monkeypatch.setitem(fused.FUSED_FLOATS, "cpu", 2 ** 40)
+    assert [state(h) for h in simulate_group(configs, progress=False)] == alone
+    assert max(c + n for cut in cuts for c, n in cut) == 9, cuts          # 3 runs × 3 clients in one stack
+    per_instance = 3 * 10 * fused._floats_per_sample(build_model("lstm_shakespeare", (80,), 81), torch.zeros(1, 80,
+                                                                                                         dtype=torch.long))
+    monkeypatch.setitem(fused.FUSED_FLOATS, "cpu", 2 * per_instance)
+    cuts.clear()
+    assert [state(h) for h in simulate_group(configs, progress=False)] == alone
+    # pairs, and a last one alone (or beside a discarded copy, where a stack of one rounds otherwise)
+    assert max(c for cut in cuts for c, _ in cut) == 2 and max(c + n for cut in cuts for c, n in cut) == 2, cuts
+
+
 def test_stacks_are_cut_to_sizes_that_compute_as_pairs():
     device = torch.device("cpu")
 

@@ -30,6 +30,8 @@ SMOKE: dict[str, tuple[list[str], str]] = {
     "benchmarks/explore_redraw.py": (["--smoke"], "redraw ("),
     "benchmarks/gpu_bundle.py": (["--smoke"], "GPU bundle (temporary)"),      # the data part, staged; no wheels
     "benchmarks/gpu_check.py": (["{tmp}/gpu", "--smoke", "--device", "cpu"], "gpu_check: 6 of 6 sections ok"),
+    # the character LSTM's reference and stacked paths at N = 1 and 2, one step each
+    "benchmarks/lstm_speed.py": (["--smoke"], "stacked / reference at N = 2: "),
     "benchmarks/minnorm_speed.py": (["--reps", "1"], "speed-up of the fast solver vs cvxpy at m=100"),  # instant
     # real pfl from .pfl/ (`make test` installs it first: benchmarks/pfl_setup.sh), both sides once
     "benchmarks/pfl_round.py": (["--smoke", "--compare", "1"], "fairfl (2 threads) vs pfl (2 processes): "),

@@ -310,16 +310,26 @@ def test_char_lstm_shape_parameters_and_logits():
         build_model("lstm_shakespeare", (1, 28, 28), 10)
 
 
-def test_lstm_cannot_be_vmapped_so_batched_training_uses_the_loop():
-    """A canary: if a torch upgrade gives aten::lstm a vmap batching rule, this fails, and
-    ``fairfl.client`` can stack LSTM clients instead of looping over them."""
+def test_lstm_cannot_be_vmapped_so_it_stacks_through_its_own_forward():
+    """A canary: if a torch upgrade gives aten::lstm a vmap batching rule, this fails, and vmap
+    could stack any recurrent model. Until then the character LSTM stacks through
+    ``fairfl.stacked_lstm`` (tests/test_stacked_lstm.py); another recurrent model does not."""
     model = build_model("lstm_shakespeare", (80,), VOCAB_SIZE, seed=0)
     names = [n for n, _ in model.named_parameters()]
     stacked = [p.detach().unsqueeze(0).repeat(2, *[1] * p.dim()) for p in model.parameters()]
     x = torch.zeros(2, 3, 80, dtype=torch.long)
     with pytest.raises(RuntimeError, match="Batching rule not implemented for aten::lstm"):
         torch.func.vmap(lambda p, xb: torch.func.functional_call(model, dict(zip(names, p)), (xb,)))(stacked, x)
-    assert not can_batch(model)
+    assert can_batch(model)
+
+    class Reader(torch.nn.Module):            # another recurrent model: vmap would fail, so it is not stacked
+        def __init__(self):
+            super().__init__()
+            self.lstm = torch.nn.LSTM(4, 8, batch_first=True)
+
+        def forward(self, x):
+            return self.lstm(x)[0][:, -1]
+    assert not can_batch(Reader())
     assert can_batch(build_model("mlp2", (1, 28, 28), 10)) and can_batch(build_model("logreg", (99,), 2))
 
 

@@ -8,9 +8,10 @@ too (start = the client's own model, proximal centre = the global one), and so a
 (client, objective) pairs (the objective's view of a multi-task model, on one label column).
 ``fairfl.engine`` trains them: by default fused into stacks (every instance of a round, and of
 every run trained alongside, in one computation), or one ``nn.Module`` at a time on the
-reference path (``batched=False``, and recurrent models, which cannot be stacked). Both paths
-draw each instance's batch order and dropout masks from its :class:`~fairfl.seeding.Stream` (a
-client's: of (seed, round, client)), so they agree to float tolerance (tested).
+reference path (``batched=False``, and recurrent models other than the character LSTM, which
+``fairfl.stacked_lstm`` stacks). Both paths draw each instance's batch order and dropout masks
+from its :class:`~fairfl.seeding.Stream` (a client's: of (seed, round, client)), so they agree to
+float tolerance (tested).
 
 :class:`ClientRuntime` is what an algorithm sees of the clients. It trains and evaluates on the
 run's device and hands back CPU tensors, so that server rules never meet a device.

@@ -10,11 +10,12 @@ local-training settings. :func:`execute` runs a list of jobs:
   of steps, same kind of update (momentum, weight decay, proximal term on or off) — are fused:
   their instances' parameters are stacked along one leading axis and every local step is one
   forward and backward pass of the whole stack (``fairfl.stacked``'s grouped convolutions and
-  batched products, or ``torch.func.vmap``), with each instance's own learning rate, momentum,
+  batched products, ``fairfl.stacked_lstm``'s batched recurrence for the character LSTM, or
+  ``torch.func.vmap``), with each instance's own learning rate, momentum,
   weight decay and proximal weight. Instances with other sample counts take other steps, so
   they form their own stacks; a stack too large for memory is cut along the instance axis.
-* any other job (a recurrent model, a config with ``batched=False``) runs on the reference path:
-  one ``nn.Module`` and one ``torch.optim.SGD`` per instance.
+* any other job (a config with ``batched=False``, a model none of these can stack) runs on the
+  reference path: one ``nn.Module`` and one ``torch.optim.SGD`` per instance.
 
 An instance's arithmetic never depends on the other instances of its stack — the losses share no
 parameters, so the gradient of their sum is each instance's own gradient exactly, and its

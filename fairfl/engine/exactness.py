@@ -266,12 +266,13 @@ def size_is_exact(model, names, template, row: Row, cfg, device, dtype, m: int) 
     the shape: on this project's CPU a stack of one of the Table 3 CNN or FMOL's LeNet runs a plain
     convolution where larger stacks run a grouped one, and a stack of three computes the first
     convolution's weight gradient otherwise (oneDNN takes 3 input channels, one per instance, for
-    an image's colour channels), each differing in the last bits; the dense models compute alike
-    at every size (measured, 1-40). A stack that is not exact is padded with discarded copies or
-    cut otherwise (:func:`exact_stacks`), so that a run gets the same bits alone, in any group, and
-    wherever its group's stacks are cut. Found out once per process, step shapes and size, by
-    copies of one instance taking one step per distinct batch size on its client's first samples,
-    then the loss over the client's data; the same instance, start and settings for every size.
+    an image's colour channels), each differing in the last bits; the dense models (1-40) and the
+    character LSTM (1-7) compute alike at every size measured. A stack that is not exact is padded
+    with discarded copies or cut otherwise (:func:`exact_stacks`), so that a run gets the same bits
+    alone, in any group, and wherever its group's stacks are cut. Found out once per process, step
+    shapes and size, by copies of one instance taking one step per distinct batch size on its
+    client's first samples, then the loss over the client's data; the same instance, start and
+    settings for every size.
     Kernels do not depend on the values, so the answer holds for every step of those shapes.
     With ``FAIRFL_EXACT=0`` every size is taken as exact, unprobed."""
     if m == REFERENCE_SIZE or not EXACT:

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from .. import stacked as stacked_forward
+from .. import stacked_lstm
 from ..seeding import Stream
 
 
@@ -185,9 +186,10 @@ _NOT_VMAPPABLE = (nn.RNNBase,)
 
 def can_batch(model: nn.Module) -> bool:
     """Whether copies of ``model`` can train as one stack: the fused kernels of
-    ``fairfl.stacked``, or vmap for a model without recurrent layers and without dropout (vmap's
-    dropout would draw from torch's global generator, shared by every instance of the stack)."""
-    if stacked_forward.supports(model):
+    ``fairfl.stacked`` (and ``fairfl.stacked_lstm`` for the character LSTM), or vmap for a model
+    without recurrent layers and without dropout (vmap's dropout would draw from torch's global
+    generator, shared by every instance of the stack)."""
+    if stacked_forward.supports(model) or stacked_lstm.supports(model):
         return True
     return not any(isinstance(m, _NOT_VMAPPABLE) or (isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
                    for m in model.modules())

@@ -1,6 +1,8 @@
 """The reference path of local training: one instance after another, each an ``nn.Module`` with
-``torch.optim.SGD``. It runs what cannot be stacked (recurrent models, ``batched=False``) and is
-what the fused path is tested against (to float tolerance; bit for bit where the kernels agree).
+``torch.optim.SGD``. It runs ``batched=False`` and what cannot be stacked (a recurrent model other
+than the character LSTM) and is what the fused path is tested against (to float tolerance; bit for
+bit where the kernels agree: never for the character LSTM, whose ``nn.LSTM`` is oneDNN's fused cell
+on a CPU).
 """
 from __future__ import annotations
 

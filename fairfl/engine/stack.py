@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from .. import stacked as stacked_forward
+from .. import stacked_lstm
 from ..seeding import Stream
 from . import graphs
 from .jobs import LOSS_CHUNK, Plan, Source, signature
@@ -35,14 +36,17 @@ _ACTIVATIONS: dict[tuple, int] = {}
 
 
 def floats_per_sample(model, x: torch.Tensor, architecture: tuple | None = None) -> int:
-    """Floats of one sample's activations through ``model.net`` (its input included); for another
-    architecture a generous guess (16 × the input)."""
+    """Floats of one sample's activations through ``model.net`` (its input included), or what a
+    stacked step of the character LSTM holds for it (``stacked_lstm.activation_floats``); for
+    another architecture a generous guess (16 × the input)."""
     x_shape = tuple(x.shape[1:])
     key = (architecture if architecture is not None else signature(model), x_shape, x.dtype)
     if key not in _ACTIVATIONS:
         total = int(torch.Size(x_shape).numel())
         net = getattr(model, "net", None)
-        if isinstance(net, torch.nn.Sequential):
+        if stacked_lstm.supports(model):
+            total = stacked_lstm.activation_floats(model, x_shape[-1])
+        elif isinstance(net, torch.nn.Sequential):
             was = model.training
             model.eval()
             with torch.no_grad():
@@ -164,12 +168,14 @@ class Gather:
 def stacked_losses(model, names, stacked: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                     dropout: tuple[torch.Tensor, int] | None = None, reduction: str = "mean") -> torch.Tensor:
     """Per-instance losses (mean, or sum with ``reduction="sum"``) of stacked models on (m, b, ...)
-    inputs: fused kernels for the papers' Sequential models (``fairfl.stacked``),
-    ``torch.func.vmap`` for any other model (which then has no dropout, :func:`can_batch`).
+    inputs: fused kernels for the papers' Sequential models (``fairfl.stacked``) and the character
+    LSTM (``fairfl.stacked_lstm``), ``torch.func.vmap`` for any other model (which then has no dropout, :func:`can_batch`).
     ``reduction="total"``: the sum over instances of their mean losses, as one scalar — what a
     training step differentiates."""
     if stacked_forward.supports(model):
         logits = stacked_forward.forward(model, stacked, x, dropout)
+    elif stacked_lstm.supports(model):
+        logits = stacked_lstm.forward(model, stacked, x)
     else:
         def one(params, xb):
             return functional_call(model, dict(zip(names, params)), (xb,))
