@@ -38,9 +38,9 @@ from .errors import FairFLError
 
 PROFILES = ("smoke", "quick", "paper")      # every notebook's profiles (see the README)
 CHECKED_PROFILES = ("quick", "paper")
-HOLDS, NOT_REPRODUCED, FAILED, STALE, NOT_CHECKED, OVERRIDDEN = (
+HOLDS, NOT_REPRODUCED, FAILED, STALE, NOT_CHECKED, OVERRIDDEN, NOT_RUN = (
     "holds", "not reproduced (documented)", "FAILED", "holds, but a deviation is documented (stale)", "not checked",
-    "not checked (parameters overridden)")
+    "not checked (parameters overridden)", "not checked (part not run)")
 
 
 class ClaimFailedError(FairFLError, AssertionError):
@@ -102,6 +102,13 @@ class Claims:
         v = Verdict(claim, status, evidence)
         self.verdicts.append(v)
         print(f"[{status}] {claim}: {evidence}")
+        return v
+
+    def not_run(self, claim: str, part: str) -> Verdict:
+        """A claim of a part of the notebook this run left out (``parts``): recorded, not checked."""
+        v = Verdict(claim, NOT_RUN, f"the {part!r} part was not run (parts)")
+        self.verdicts.append(v)
+        print(f"[{NOT_RUN}] {claim}")
         return v
 
     def finish(self) -> None:

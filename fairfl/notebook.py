@@ -69,6 +69,11 @@ class Session:
     def __getitem__(self, key: str) -> Any:
         return self.settings[key]
 
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """The parts of the notebook this run runs (its profile's ``parts``, or those chosen)."""
+        return tuple(self.settings.get("parts") or ())
+
     def claims(self, notebook: str):
         """The notebook's :class:`~fairfl.claims.Claims`: checked strictly on the profile's own
         settings, recorded as not checked when the parameters cell overrode some of them."""
@@ -136,8 +141,34 @@ def header_line(notebook: str | None, profile: str, given: str | None, settings:
     return "; ".join(parts)
 
 
+def _choose_parts(settings: dict, profiles: Mapping[str, Mapping[str, Any]], profile: str,
+                  parts: str | Sequence[str] | None) -> tuple[dict, list[str]]:
+    """A notebook whose profiles declare ``parts`` (its separable experiments, e.g. notebook 02's
+    ``("adult", "scaling")``) runs the ``parts`` chosen, in the declared order, or all of them; a
+    part the profile does not have is a ConfigError naming those it has (and the profiles that have
+    it). Choosing parts is not exploring: each part runs with its profile's settings, so its claims
+    are checked and its figures go where the profile's go. Returns the settings and the parts left
+    out."""
+    declared = tuple(settings.get("parts") or ())
+    if parts is None:
+        return settings, []
+    if not declared:
+        raise ConfigError(f"parts={parts!r}: this notebook has no parts to choose from; it runs as a whole")
+    chosen = [parts] if isinstance(parts, str) else list(parts)
+    for part in chosen:
+        if part not in declared:
+            elsewhere = [name for name, s in profiles.items() if part in (s.get("parts") or ())]
+            hint = f" ({part!r} is a part of the {' and '.join(elsewhere)} profile)" if elsewhere else ""
+            raise ConfigError(f"parts={parts!r}: the {profile} profile has no part {part!r}; its parts: "
+                              f"{', '.join(declared)}{hint}")
+    if not chosen:
+        raise ConfigError(f"parts=[]: choose at least one of {', '.join(declared)} (or None for all of them)")
+    return {**settings, "parts": tuple(p for p in declared if p in chosen)}, [p for p in declared if p not in chosen]
+
+
 def start(profile: str | None, profiles: Mapping[str, Mapping[str, Any]], workers: int | None = None,
-          device: str | None = None, notebook: str | None = None, **overrides: Any) -> Session:
+          device: str | None = None, notebook: str | None = None, parts: str | Sequence[str] | None = None,
+          **overrides: Any) -> Session:
     """The header of a notebook: resolve the profile, apply the plotting style, take the
     profile's settings with the parameters cell's non-None overrides (``seeds``, ``rounds``, …),
     the device (the parameter, else ``$FAIRFL_DEVICE``, else the CPU; ``fairfl reproduce
@@ -156,6 +187,7 @@ def start(profile: str | None, profiles: Mapping[str, Mapping[str, Any]], worker
     if profile not in profiles:
         raise ConfigError(f"this notebook has no {profile!r} profile; it has {', '.join(profiles)}")
     settings = dict(profiles[profile])
+    settings, not_run = _choose_parts(settings, profiles, profile, parts)
     for key, value in overrides.items():
         if value is None:
             continue
@@ -164,7 +196,7 @@ def start(profile: str | None, profiles: Mapping[str, Mapping[str, Any]], worker
                               f"it has {', '.join(settings)}")
         settings[key] = list(value) if isinstance(settings[key], list) else value
     # what the profile's claims were not calibrated on: they are then recorded, not checked (fairfl.claims)
-    overridden = {k: (profiles[profile][k], v) for k, v in settings.items() if v != profiles[profile][k]}
+    overridden = {k: (profiles[profile][k], v) for k, v in settings.items() if v != profiles[profile][k] and k != "parts"}
     use_style()
     backend = SerialBackend() if profile == "smoke" and chosen_backend() is None else default_backend(device, workers)
     # exploring: settings changed in the parameters cell, or any -p of `fairfl reproduce` (which may
@@ -180,7 +212,10 @@ def start(profile: str | None, profiles: Mapping[str, Mapping[str, Any]], worker
     session = Session(profile, settings, Path(staging) if staging else destination, backend, device, overridden,
                       destination)
     shown = f"{destination} (staged until the notebook has run to its end)" if staging else destination
-    print(header_line(notebook, profile, given, settings, overridden, exploring, device, shown), flush=True)
+    line = header_line(notebook, profile, given, settings, overridden, exploring, device, shown)
+    if not_run:
+        line += f"; parts {', '.join(settings['parts'])} (not run: {', '.join(not_run)})"
+    print(line, flush=True)
     return session
 
 

@@ -111,3 +111,29 @@ def test_recorded_verdicts_are_reported_whatever_they_are(tmp_path, monkeypatch,
     assert Claims("06", "quick", {"seeds": ([0], [1])}).record("x", "supported", "e").status == OVERRIDDEN
     with pytest.raises(ValueError, match="use check"):
         c.record("x", FAILED, "e")
+
+
+def test_choosing_some_parts_runs_them_as_the_profile_does_and_names_what_a_profile_lacks(monkeypatch, capsys):
+    """A notebook's parts (notebook 02: the bias and the scaling attack): choosing some is not
+    exploring (nothing is overridden, the claims of the parts run are checked), the header says which
+    parts were left out, a claim of a part not run is recorded as such; a part the profile lacks is
+    a ConfigError naming the profile's parts and the profiles that have it."""
+    from fairfl.claims import NOT_RUN
+    from fairfl.errors import ConfigError
+    from fairfl.notebook import start
+    monkeypatch.delenv("FAIRFL_PROFILE", raising=False)
+    profiles = {"quick": dict(rounds=100, parts=("adult", "scaling")), "paper": dict(rounds=500, parts=("adult", "text"))}
+    whole = start("quick", profiles, workers=1)
+    assert whole.parts == ("adult", "scaling") and "not run" not in capsys.readouterr().out
+    some = start("quick", profiles, workers=1, parts=["scaling"])
+    assert some.parts == ("scaling",) and some.overridden == {}
+    assert "parts scaling (not run: adult)" in capsys.readouterr().out
+    claims = some.claims("nb")
+    assert claims.checked
+    assert claims.not_run("the bias attack hurts AFL", "adult").status == NOT_RUN
+    assert claims.check("the scaling attack hurts q-FedAvg", True, "hurt most").status == HOLDS
+    with pytest.raises(ConfigError, match=r"the quick profile has no part 'text'; its parts: adult, scaling "
+                                          r"\('text' is a part of the paper profile\)"):
+        start("quick", profiles, workers=1, parts="text")
+    with pytest.raises(ConfigError, match="no parts to choose from"):
+        start("quick", {"quick": dict(rounds=100)}, workers=1, parts=["adult"])

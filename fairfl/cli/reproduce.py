@@ -218,13 +218,15 @@ def cmd_reproduce(args) -> int:
     # the kernels' progress bars as text: a widget has no state in the executed notebook (fairfl.progress)
     os.environ.setdefault("FAIRFL_PROGRESS", "text")
     # A run with -p explores: its executed notebooks go beside the reproduced ones, never over them, each
-    # exploration into a folder of its own named by its settings (outputs/<profile>/explore/rounds=3/)
+    # exploration into a folder of its own named by its settings (outputs/<profile>/explore/rounds=3/). Choosing
+    # some of a notebook's parts (-p parts=...) is not exploring: they run with the profile's settings.
     from ..paths import exploration_name
+    exploring = {k: v for k, v in parameters.items() if k != "parts"}
     out_dir = Path(args.output or outputs_root()) / profile
-    if parameters:
+    if exploring:
         out_dir = out_dir / "explore" / exploration_name(parameters)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if parameters:           # and its figures beside them (fairfl.notebook.figure_dir), not over the reproduced ones
+    if exploring:            # and its figures beside them (fairfl.notebook.figure_dir), not over the reproduced ones
         from ..paths import EXPLORE_ENV
         os.environ[EXPLORE_ENV] = str(out_dir.resolve())
     failures = 0
@@ -262,7 +264,9 @@ def _reproduce_one(nb: Path, out_dir: Path, profile: str, parameters: dict, devi
     _remove(staging)
     os.environ[STAGING_ENV] = str(staging)
     given = "".join(f" {k}={v!r}" for k, v in parameters.items())
-    expected = expected_time(nb.name, profile, device) if not parameters else "not measured (parameters changed)"
+    changed = [k for k in parameters if k != "parts"]
+    expected = (expected_time(nb.name, profile, device) if not parameters else "not measured (parameters changed)"
+                if changed else "not measured (some parts)")
     print(f"start   {nb.name:<40} {time.strftime('%H:%M:%S')}  {profile}{given}; expected {expected}", flush=True)
 
     def interrupted(said: str | None) -> None:
