@@ -125,7 +125,7 @@ def test_reproduce_an_explicit_profile_beats_the_environment_and_parameters_reac
     assert "resolved quick rounds 10" in r.stdout                     # the kernel's output, streamed here
     # an exploration (-p) goes beside the reproduced notebooks, not over them
     assert not (out / "quick" / "96_params.ipynb").exists()
-    executed = nbformat.read(out / "quick" / "explore" / "96_params.ipynb", as_version=4)
+    executed = nbformat.read(out / "quick" / "explore" / "rounds=10" / "96_params.ipynb", as_version=4)
     assert "resolved quick rounds 10" in executed.cells[-1].outputs[0].text
     assert not (out / "smoke").exists()
     r = _reproduce(str(path), "--output", str(out), env=_env_with_progress(tmp_path, FAIRFL_PROFILE="smoke"))
@@ -145,9 +145,10 @@ def test_tour_with_changed_parameters_runs_to_the_end_with_claims_not_checked(tm
                    "--output", str(out), env=_env_with_progress(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "claims: 3 not checked (parameters overridden)" in r.stdout
-    verdicts = json.loads((out / "quick" / "explore" / "00_tour.claims.json").read_text())
+    explored = out / "quick" / "explore" / "rounds=2,seeds=[0],workers=1"      # a folder per exploration
+    verdicts = json.loads((explored / "00_tour.claims.json").read_text())
     assert verdicts["overridden"] == {"rounds": [100, 2], "seeds": [[0, 1], [0]]}
-    executed = nbformat.read(out / "quick" / "explore" / "00_tour.ipynb", as_version=4)
+    executed = nbformat.read(explored / "00_tour.ipynb", as_version=4)
     streams = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []) if o.output_type == "stream")
     last_bar = [line for line in streams.replace("\r", "\n").splitlines() if "round" in line and "%|" in line][-1]
     assert last_bar.startswith("2 runs: 100%") and "4/4" in last_bar, last_bar

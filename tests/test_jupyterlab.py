@@ -205,6 +205,28 @@ def _prompts(driver) -> list[str]:
         "return [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(e => e.textContent.trim())")
 
 
+def _setting(path: Path) -> dict:
+    """A JupyterLab settings file (JSON with // comments) as it stands; {} while JupyterLab is
+    writing it (read half-written, it is not JSON yet)."""
+    try:
+        return json.loads(re.sub(r"//.*", "", path.read_text()))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _shown_images(driver, at_least: int) -> list | None:
+    """The images in the notebook's outputs, [width, height] each, once at least ``at_least`` are
+    there and loaded: each cell scrolled into view first (JupyterLab attaches or paints the outputs of
+    cells out of view lazily, and a figure's display message can follow its cell's prompt), else None."""
+    images = driver.execute_script(
+        "const cells = [...document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')];"
+        "cells.forEach(c => c.scrollIntoView({block: 'nearest'}));"
+        "return [...document.querySelectorAll('.jp-OutputArea-output img')]"
+        ".map(i => [i.naturalWidth, i.naturalHeight])")
+    ok = len(images) >= at_least and all(w > 100 and h > 100 for w, h in images)
+    return images if ok else None
+
+
 def _click_menu(driver, menu: str, label: str) -> None:
     """Open ``menu`` in the menu bar and click its item ``label``, as a person does."""
     from selenium.webdriver.common.by import By
@@ -343,9 +365,8 @@ def test_tour_notebook_runs_in_jupyterlab_with_figures_progress_a_live_explorer_
         # a loaded machine a save can start before the previous one has returned, and JupyterLab then
         # covers the page with "File Changed … Overwrite?" (seen at a load average of 10 on 2 cores)
         _click_menu(browser, "Settings", "Autosave Documents")
-        _wait(browser, lambda d: json.loads(re.sub(r"//.*", "", (tmp_path / "settings" / "@jupyterlab" /
-              "docmanager-extension" / "plugin.jupyterlab-settings").read_text())).get("autosave") is False,
-              10, "autosave to be off")
+        _wait(browser, lambda d: _setting(tmp_path / "settings" / "@jupyterlab" / "docmanager-extension" /
+              "plugin.jupyterlab-settings").get("autosave") is False, 10, "autosave to be off")
 
         _settled_kernel(url, token, "00_tour.ipynb")          # see _open_and_run_all
         _click_menu(browser, "Run", "Run All Cells")
@@ -359,9 +380,16 @@ def test_tour_notebook_runs_in_jupyterlab_with_figures_progress_a_live_explorer_
             ".filter(t => /Traceback|Error:/.test(t))")
         assert not errors, f"cells show errors: {[e[:300] for e in errors]}"
 
-        images = browser.execute_script(
-            "return [...document.querySelectorAll('.jp-OutputArea-output img')].map(i => [i.naturalWidth, i.naturalHeight])")
-        assert len(images) >= 4 and all(w > 100 and h > 100 for w, h in images), images   # 3 figures + the explorer
+        from selenium.common.exceptions import TimeoutException
+        try:
+            images = _wait(browser, lambda d: _shown_images(d, at_least=4), 60,
+                           "3 figures and the explorer shown")                  # see _shown_images
+        except TimeoutException:
+            outputs = browser.execute_script(
+                "return [...document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')].map(c => "
+                "[...c.querySelectorAll('.jp-OutputArea-output')].map(o => (o.querySelector('img') ? "
+                "'img ' : '') + o.textContent.trim().slice(0, 60)))")
+            raise AssertionError(f"fewer than 4 images shown; each cell's outputs: {outputs}") from None
 
         bars = browser.execute_script(
             "return [...document.querySelectorAll('.jp-OutputArea-output .widget-hprogress')]"
