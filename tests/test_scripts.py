@@ -31,6 +31,8 @@ SMOKE: dict[str, tuple[list[str], str]] = {
     "benchmarks/gpu_bundle.py": (["--smoke"], "GPU bundle (temporary)"),      # the data part, staged; no wheels
     "benchmarks/gpu_check.py": (["{tmp}/gpu", "--smoke", "--device", "cpu"], "gpu_check: 6 of 6 sections ok"),
     "benchmarks/minnorm_speed.py": (["--reps", "1"], "speed-up of the fast solver vs cvxpy at m=100"),  # instant
+    # every notebook's smoke profile read and counted, each kind of client step timed for 2 rounds
+    "benchmarks/paper_cost.py": (["--smoke", "--out", "{tmp}/cost.json"], "paper_cost: 7 notebook(s), "),
     # real pfl from .pfl/ (`make test` installs it first: benchmarks/pfl_setup.sh), both sides once
     "benchmarks/pfl_round.py": (["--smoke", "--compare", "1"], "fairfl (2 threads) vs pfl (2 processes): "),
     "benchmarks/ray_throughput.py": (["--smoke"], "| RayBackend"),
