@@ -14,26 +14,30 @@ edge extensions and reporting sweep) are counted from stand-in results and marke
 (the reader's docstring says how).
 
 **Timing.** The runs are grouped by what a client step costs: dataset, model (and its options),
-batch size (a full batch by its size), whether the family fuses (``batched``). Each group is timed
-once on ``--device``: a lockstep group (``fairfl.loop.simulate_group``, as a sweep trains it) of
-its runs, one per algorithm first (up to ``--group``; the reference loop, which fuses nothing: up
-to ``--unbatched`` runs one after the other), each for ``--rounds`` rounds with its last round
-evaluated, a round capped at ``--max-steps`` client steps per run (the first clients of its pool
-only: the rate of a step, not of a round, is what is measured). The first round is left out
-(warm-up); the other rounds without an evaluation give the group's client steps per second, the
-evaluated round's excess over them the seconds of one evaluation. A run is then extrapolated as
-rounds × its client steps per round / rate + evaluations × seconds per evaluation, and a notebook's
-time is the sum over its runs divided by the workers that run them side by side (on the CPU one
-one-thread worker per core, as ``fairfl.backends.default_backend`` makes them, timed here as one
-such worker with one thread; on a GPU one process). A real sweep fuses up to 32 runs a group on the
-CPU (``fairfl.sweeps.MAX_GROUP``), more than the group timed here, so for families that fuse the
-estimate errs long. On a shared machine the rates are what the machine gave at the time: the
-load average is printed beside them.
+batch size (a full batch by its size), whether the family fuses (``batched``). Each kind is timed
+once on ``--device`` (:func:`time_key`), with its own runs, one per algorithm first: a family that
+fuses as one lockstep group (``fairfl.loop.simulate_group``, as a sweep trains it), as large as a
+sweep's groups (``fairfl.sweeps.MAX_GROUP``) where ``--key-seconds`` of training allow, else smaller
+(a pilot of two runs gives the seconds of a step; small models gain most from fusing, big ones hardly);
+the reference loop (Shakespeare's LSTM), which fuses nothing, one run at a time with a round cut at
+``--max-steps`` client steps (the first clients of its pool: the rate of a step is what is measured).
+Each is trained ``--rounds`` rounds, the last evaluated: round 0 is left out (warm-up), the rounds
+between give the client steps per second, the last round's excess over them the seconds of one
+evaluation. A run's time is then rounds × its client steps per round / rate + its evaluations ×
+seconds per evaluation, and a notebook's time the sum over its runs divided by the workers that run
+them side by side (on the CPU one one-thread worker per core, as ``fairfl.backends.default_backend``
+makes them, timed here as one such worker: one thread; on a GPU one process). The runs of a timing
+that diverge (a tuning grid's largest rates) are left out and the kind timed again.
+
+On a shared machine a rate is what the machine gave at the time: the load average is printed beside
+it, and on the CPU the share of its core the timing process got (its CPU time over the wall time); the
+last time column divides that share out, an estimate of the time were the cores the sweep's own. A
+real sweep's groups are often larger than the group timed, so for families that fuse the estimate
+errs long.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -125,43 +129,94 @@ def sample(configs: list, group: int) -> list:
     return (first + rest)[:group]
 
 
+class Diverged(Exception):
+    """Runs of a timed group diverged (a tuning grid's largest rates do): they are left out and it is timed again."""
+
+    def __init__(self, configs: list):
+        super().__init__(f"{len(configs)} run(s) diverged")
+        self.configs = configs
+
+
+def measure(configs: list, rounds: int, device: str, batched: bool) -> dict:
+    """``configs`` trained for ``rounds`` rounds, the last evaluated: as one lockstep group (a family
+    that fuses, as a sweep trains it) or one by one (the reference loop, which fuses nothing). Round 0
+    is warm-up; the rounds between it and the last give the seconds of a training round, the last's
+    excess over them the seconds of an evaluation. Raises :class:`Diverged` naming the runs that did."""
+    from fairfl.errors import TrainingDivergedError
+    from fairfl.loop import simulate_group
+    timed = [c.replace(rounds=rounds, eval_every=rounds, device=device, checkpoint_every=rounds) for c in configs]
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    rows, diverged = [], []
+    for group, originals in ([(timed, configs)] if batched else [([t], [c]) for t, c in zip(timed, configs)]):
+        histories = simulate_group(group, progress=False)
+        for h, c in zip(histories, originals):
+            if isinstance(h, TrainingDivergedError):
+                diverged.append(c)
+            elif isinstance(h, BaseException):
+                raise h
+        if not diverged:
+            rows.append(histories[0].round_time)        # a lockstep group's rounds are shared
+    if diverged:
+        raise Diverged(diverged)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    train = [statistics.fmean(rt[1:-1] if len(rt) > 2 else rt[:1]) for rt in rows]
+    evaluated = [max(0.0, rt[-1] - t) for rt, t in zip(rows, train)]
+    per_round = [client_steps(c) for c in timed]
+    return {"steps": sum(per_round), "train s": sum(train), "eval s per run": sum(evaluated) / len(timed),
+            "wall": wall, "cpu": cpu, "runs": timed}
+
+
 def time_key(configs: list, args, device: str) -> dict:
     """A kind of client step timed on ``device`` (module docstring): client steps per second of one
-    worker, seconds of one evaluation of one run."""
-    from fairfl.loop import simulate_group
+    worker, seconds of one evaluation of one run, and the share of a core this process had meanwhile.
+
+    A family that fuses is timed as a lockstep group as large as a sweep makes them (``--group``,
+    default ``fairfl.sweeps.MAX_GROUP``) or as ``--key-seconds`` allows, whichever is smaller: a pilot
+    of two runs gives the seconds of a client step, from which the group's size (at least two) and,
+    where one run's round alone would take more, its clients (:func:`restricted`) are chosen. Small
+    models gain most from fusing (notebook 02's Adult runs fuse 32 at a time in a sweep), so the
+    group is kept as large as the budget allows; the reference loop is timed one run after another
+    (``--unbatched`` runs, rounds cut at ``--max-steps``)."""
+    from fairfl.sweeps import MAX_GROUP
     batched = configs[0].batched
-    chosen = sample(configs, args.group if batched else args.unbatched)
-    rounds = args.rounds
-    timed = [restricted(c, args.max_steps).replace(rounds=rounds, eval_every=rounds, device=device,
-                                                   checkpoint_every=rounds) for c in chosen]
-    per_round = [client_steps(c) for c in timed]
+    excluded: set[str] = set()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     t0 = time.perf_counter()
-    # a lockstep group as a sweep trains it; the reference loop fuses nothing: its runs one by one
-    batches = [timed] if batched else [[c] for c in timed]
-    rows = []
-    for part in batches:
-        histories = simulate_group(part, progress=False)
-        for h in histories:
-            if isinstance(h, BaseException):
-                raise h
-        rows.append(histories[0].round_time)      # shared by the group
-    wall = time.perf_counter() - t0
-    # round 0: warm-up; the rounds before the last: training; the last: training and one evaluation
-    train = [statistics.fmean(rt[1:-1] if len(rt) > 2 else rt[:1]) for rt in rows]
-    evaluated = [rt[-1] for rt in rows]
-    if batched:
-        rate = sum(per_round) / train[0]
-        eval_s = max(0.0, evaluated[0] - train[0]) / len(timed)
+    pilot_note = ""
+    for _ in range(5):
+        candidates = [c for c in configs if c.key() not in excluded]
+        if not candidates:
+            raise RuntimeError("every run of this kind diverged when timed")
+        try:
+            cap = min(len(candidates), args.group or MAX_GROUP["cuda" if device.startswith("cuda") else "cpu"])
+            if batched and cap > 1:
+                pilot_runs = [restricted(c, args.max_steps) for c in sample(candidates, min(2, cap))]
+                pilot = measure(pilot_runs, 3, device, batched)
+                step_s = pilot["train s"] / pilot["steps"]
+                per_run = statistics.fmean(client_steps(c) for c in candidates)
+                # the steps a run may have in a timed round: all of its round where two runs fit the budget
+                fits = args.key_seconds / (args.rounds * step_s)
+                size = max(min(2, cap), min(cap, int(fits / per_run)))
+                chosen = [restricted(c, max(1.0, fits / size)) for c in sample(candidates, size)]
+                pilot_note = (f"pilot: {len(pilot_runs)} run(s), {1 / step_s:,.0f} client steps/s")
+            else:           # the reference loop (or a group of one): no pilot
+                chosen = [restricted(c, args.max_steps) for c in sample(candidates, cap if batched else args.unbatched)]
+            m = measure(chosen, args.rounds, device, batched)
+            break
+        except Diverged as e:
+            excluded |= {c.key() for c in e.configs}
     else:
-        rate = sum(per_round) / sum(train)
-        eval_s = statistics.fmean(max(0.0, e - t) for e, t in zip(evaluated, train))
-    clients = sorted({c.num_sampled for c in timed})
+        raise RuntimeError("runs kept diverging when timed")
+    rate = m["steps"] / m["train s"]
+    share = min(1.0, m["cpu"] / m["wall"]) if m["wall"] > 0 else float("nan")
+    clients = sorted({c.num_sampled for c in m["runs"]})
     how = "in lockstep" if batched else "one by one"
-    return {"timed": (f"{len(timed)} runs {how}" if len(timed) > 1 else "1 run") + f" × {rounds} rounds, "
-                     f"{'/'.join(map(str, clients))} client(s) a round",
-            "algorithms": ", ".join(dict.fromkeys(c.algorithm.name for c in timed)),
-            "wall s": round(wall, 1), "client steps/s": rate, "s per evaluation": eval_s,
+    n = len(m["runs"])
+    return {"timed": (f"{n} runs {how}" if n > 1 else "1 run") + f" × {args.rounds} rounds, "
+                     f"{'/'.join(map(str, clients))} client(s) a round" + (f"; {pilot_note}" if pilot_note else ""),
+            "algorithms": ", ".join(dict.fromkeys(c.algorithm.name for c in m["runs"])),
+            "left out (diverged)": len(excluded), "wall s": round(time.perf_counter() - t0, 1),
+            "client steps/s": rate, "s per evaluation": m["eval s per run"], "CPU share": share,
             "load average (1 min) before": round(load, 2)}
 
 
@@ -196,17 +251,21 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=None,
                     help="runs side by side (default: one per usable core on the CPU, 1 on a GPU)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds timed per kind of step (default 4)")
-    ap.add_argument("--group", type=int, default=8,
-                    help="runs timed in lockstep per kind of step, one per algorithm first (default 8)")
-    ap.add_argument("--unbatched", type=int, default=2,
-                    help="runs timed one by one per kind of step of the reference loop (default 2)")
-    ap.add_argument("--max-steps", type=float, default=600, help="client steps a timed round has per run at most")
+    ap.add_argument("--group", type=int, default=None,
+                    help="the largest lockstep group timed, one run per algorithm first (default: a sweep's largest, "
+                         "fairfl.sweeps.MAX_GROUP)")
+    ap.add_argument("--key-seconds", type=float, default=60,
+                    help="seconds of training each kind of step is given, which bounds its group (default 60)")
+    ap.add_argument("--unbatched", type=int, default=1,
+                    help="runs timed one by one per kind of step of the reference loop (default 1)")
+    ap.add_argument("--max-steps", type=float, default=300,
+                    help="client steps a round of the reference loop, or of a pilot, has per run at most (default 300)")
     ap.add_argument("--smoke", action="store_true", help="the smoke profiles, tiny timings: seconds (CI)")
     ap.add_argument("--out", type=Path, default=None, help="write the report as JSON here")
     args = ap.parse_args()
     if args.smoke:
         args.profile = "smoke"
-        args.rounds, args.group, args.unbatched, args.max_steps = 2, 1, 1, 20
+        args.rounds, args.group, args.unbatched, args.max_steps, args.key_seconds = 2, 1, 1, 20, 1
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ.setdefault("FAIRFL_OFFLINE", "1")
@@ -246,14 +305,21 @@ def main() -> None:
             problems.append(f"timing {key}: {rates[key]['error']}")
         r = rates[key]
         print(f"timed {' / '.join(key)}: " + (r["error"] if "error" in r else
-              f"{r['client steps/s']:,.0f} client steps/s, {r['s per evaluation']:.2f} s per evaluation "
-              f"({r['timed']}; {r['wall s']} s; load {r['load average (1 min) before']})"), flush=True)
+              f"{r['client steps/s']:,.1f} client steps/s, {r['s per evaluation']:.2f} s per evaluation, "
+              f"{r['CPU share']:.0%} of a core ({r['timed']}; {r['wall s']} s; load {r['load average (1 min) before']})"),
+              flush=True)
 
+    # a run's time: its steps at the measured rate and its evaluations; the runs shared among the workers.
+    # On the CPU also at the rate per CPU-second (what the core this process shared would give undisturbed)
+    by_cpu = not cuda
     for p in parts:
         r = rates.get(p["key"], {})
         if "client steps/s" in r:
             p["extrapolated s"] = (p["client steps"] / r["client steps/s"] + p["evaluations"] * r["s per evaluation"]) \
                 / workers
+            p["by CPU time s"] = p["extrapolated s"] * r["CPU share"]
+    measured_col = f"EXTRAPOLATED, as measured ({device}, {workers} worker{'s' * (workers > 1)})"
+    cpu_col = "EXTRAPOLATED, cores to itself (by CPU time)"
     notebook_rows = []
     for stem, c in counted.items():
         mine = c["parts"]
@@ -262,40 +328,49 @@ def main() -> None:
                "counted": "exact" if all(p["counted"] == "exact" for p in mine) else "partly ESTIMATE"}
         if mine and all("extrapolated s" in p for p in mine):
             row["extrapolated s"] = sum(p["extrapolated s"] for p in mine)
-            row[f"EXTRAPOLATED ({device}, {workers} worker{'s' * (workers > 1)})"] = hours(row["extrapolated s"])
+            row["by CPU time s"] = sum(p["by CPU time s"] for p in mine)
+            row[measured_col], row[cpu_col] = hours(row["extrapolated s"]), hours(row["by CPU time s"])
         else:
-            row[f"EXTRAPOLATED ({device}, {workers} worker{'s' * (workers > 1)})"] = "not timed" if mine else "no sweep"
+            row[measured_col] = row[cpu_col] = "not timed" if mine else "no sweep"
         notebook_rows.append(row)
     for p in parts:
         p["rounds"] = "/".join(str(r) for r in sorted(p["rounds"]))
         p["client steps"] = round(p["client steps"])
         r = rates.get(p["key"], {})
         p["client steps/s"] = r.get("client steps/s", "")
-        p["EXTRAPOLATED"] = hours(p["extrapolated s"]) if "extrapolated s" in p else "not timed"
-    time_col = f"EXTRAPOLATED ({device}, {workers} worker{'s' * (workers > 1)})"
+        p["CPU share"] = f"{r['CPU share']:.0%}" if "CPU share" in r else ""
+        p[measured_col] = hours(p["extrapolated s"]) if "extrapolated s" in p else "not timed"
+        p[cpu_col] = hours(p["by CPU time s"]) if "by CPU time s" in p else "not timed"
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    cols = [measured_col] + ([cpu_col] if by_cpu else [])
     lines = [f"# {args.profile} profile: cost per notebook on {device}{' (smoke: numbers mean nothing)' if args.smoke else ''}",
-             "", f"{PROFILE_NOTE}; {workers} run(s) side by side. Rates as this machine gave them "
-             f"(load average {load:.2f} at the end; a shared machine's rates vary).", ""]
-    lines += md_table(notebook_rows, ["notebook", "runs", "client steps", time_col, "counted"])
+             "", f"{PROFILE_NOTE}; {workers} run(s) side by side. Rates as this machine gave them: load average "
+             f"{load:.2f} at the end on {cores.usable_cores()} usable cores"
+             + ("; the timing process had the CPU share shown of its one core, and the last column divides that out "
+                "(the time were the cores its own, other processes' cache and memory traffic aside)" if by_cpu else "")
+             + ".", ""]
+    lines += md_table(notebook_rows, ["notebook", "runs", "client steps", *cols, "counted"])
     lines += ["", "## Parts", ""]
     lines += md_table(parts, ["notebook", "sweep", "dataset", "model", "b", "runs", "rounds", "client steps",
-                              "client steps/s", "EXTRAPOLATED", "counted"])
+                              "client steps/s", *(["CPU share"] if by_cpu else []), *cols, "counted"])
     lines += ["", "## Kinds of client step, timed", ""]
     lines += md_table([{"dataset": k[0], "model": k[1], "b": k[2], "family": k[3], **v} for k, v in rates.items()],
-                      ["dataset", "model", "b", "family", "client steps/s", "s per evaluation", "timed", "algorithms",
-                       "wall s", "load average (1 min) before", "error"])
+                      ["dataset", "model", "b", "family", "client steps/s", "s per evaluation",
+                       *(["CPU share"] if by_cpu else []), "timed", "algorithms", "left out (diverged)", "wall s",
+                       "load average (1 min) before", "error"])
     if problems:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in problems]
     total = sum(r.get("extrapolated s", 0.0) for r in notebook_rows)
+    total_cpu = sum(r.get("by CPU time s", 0.0) for r in notebook_rows)
     lines += ["", f"paper_cost: {len(notebook_rows)} notebook(s), {sum(r['runs'] for r in notebook_rows):,} runs, "
               f"{sum(r['client steps'] for r in notebook_rows):,} client steps, EXTRAPOLATED {hours(total)} on {device} "
-              f"with {workers} worker(s) ({time.perf_counter() - t_start:.0f} s to count and time)"]
+              f"with {workers} worker(s)" + (f" ({hours(total_cpu)} by CPU time)" if by_cpu else "")
+              + f"; {time.perf_counter() - t_start:.0f} s to count and time"]
     text = "\n".join(lines)
     print(text, flush=True)
     if args.out:
         report = {"profile": args.profile, "device": device, "workers": workers, "note": PROFILE_NOTE,
-                  "load average at the end": load, "notebooks": notebook_rows,
+                  "load average at the end": load, "usable cores": cores.usable_cores(), "notebooks": notebook_rows,
                   "parts": [{k: v for k, v in p.items() if k not in ("configs", "key")} for p in parts],
                   "timed": [{"key": list(k), **v} for k, v in rates.items()], "problems": problems,
                   "reader": {stem: {"sweeps": [{"name": s.name, "cell": s.cell, "asked": len(s.configs),
