@@ -18,7 +18,8 @@ batch size (a full batch by its size), whether the family fuses (``batched``). E
 once on ``--device`` (:func:`time_key`), with its own runs, one per algorithm first: a family that
 fuses as one lockstep group (``fairfl.loop.simulate_group``, as a sweep trains it), as large as a
 sweep's groups (``fairfl.sweeps.MAX_GROUP``) where ``--key-seconds`` of training allow, else smaller
-(a pilot of two runs gives the seconds of a step; small models gain most from fusing, big ones hardly);
+(a pilot of two runs gives the seconds of a step): the size of the group changes the rate of a step
+(stack sizes, the coordination of its runs), so the group timed is made as large as a sweep's can be;
 the reference loop (Shakespeare's LSTM), which fuses nothing, one run at a time with a round cut at
 ``--max-steps`` client steps (the first clients of its pool: the rate of a step is what is measured).
 Each is trained ``--rounds`` rounds, the last evaluated: round 0 is left out (warm-up), the rounds
@@ -120,13 +121,22 @@ def restricted(config, max_steps: float):
         return config
 
 
+def rates_of(config) -> tuple[float, float]:
+    """A run's local and server learning rates (a server rule without one: 0)."""
+    server = getattr(config.algorithm, "server_lr", None)
+    return float(config.local.lr), float(server) if isinstance(server, (int, float)) else 0.0
+
+
 def sample(configs: list, group: int) -> list:
-    """Up to ``group`` runs: one per algorithm first (in the notebooks' order), then others."""
-    first, rest, seen = [], [], set()
+    """Up to ``group`` runs, dealt round robin over the algorithms (in the notebooks' order); of an
+    algorithm's runs those with the smallest learning rates first (what a step costs does not depend
+    on them, and a tuning grid's largest rates diverge within a few rounds)."""
+    by_algorithm: dict[str, list] = {}
     for c in configs:
-        (rest if c.algorithm.name in seen else first).append(c)
-        seen.add(c.algorithm.name)
-    return (first + rest)[:group]
+        by_algorithm.setdefault(c.algorithm.name, []).append(c)
+    ordered = [sorted(runs, key=rates_of) for runs in by_algorithm.values()]
+    dealt = [runs[i] for i in range(max(map(len, ordered))) for runs in ordered if i < len(runs)]   # round robin
+    return dealt[:group]
 
 
 class Diverged(Exception):
@@ -173,17 +183,19 @@ def time_key(configs: list, args, device: str) -> dict:
     A family that fuses is timed as a lockstep group as large as a sweep makes them (``--group``,
     default ``fairfl.sweeps.MAX_GROUP``) or as ``--key-seconds`` allows, whichever is smaller: a pilot
     of two runs gives the seconds of a client step, from which the group's size (at least two) and,
-    where one run's round alone would take more, its clients (:func:`restricted`) are chosen. Small
-    models gain most from fusing (notebook 02's Adult runs fuse 32 at a time in a sweep), so the
-    group is kept as large as the budget allows; the reference loop is timed one run after another
-    (``--unbatched`` runs, rounds cut at ``--max-steps``)."""
+    where one run's round alone would take more, its clients (:func:`restricted`) are chosen. A
+    group's size changes the rate of a step (notebook 02's Adult runs, which a sweep fuses 32 at a
+    time, measured here at 28,000 client steps/s in a pilot of two and 17,000 in a group of 32), so
+    the group is kept as large as the budget allows (a larger group than the pilot's may also take
+    longer than the budget); the reference loop is timed one run after another (``--unbatched``
+    runs, rounds cut at ``--max-steps``)."""
     from fairfl.sweeps import MAX_GROUP
     batched = configs[0].batched
     excluded: set[str] = set()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     t0 = time.perf_counter()
     pilot_note = ""
-    for _ in range(5):
+    for _ in range(8):
         candidates = [c for c in configs if c.key() not in excluded]
         if not candidates:
             raise RuntimeError("every run of this kind diverged when timed")
