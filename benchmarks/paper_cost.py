@@ -15,7 +15,10 @@ edge extensions and reporting sweep) are counted from stand-in results and marke
 
 **Timing.** The runs are grouped by what a client step costs: dataset, model (and its options),
 batch size (a full batch by its size), whether the family fuses (``batched``). Each kind is timed
-once on ``--device`` (:func:`time_key`), with its own runs, one per algorithm first: a family that
+once per notebook on ``--device`` (:func:`time_key`), with the notebook's own runs dealt round robin
+over its algorithms (what a round costs depends on the algorithm: a second-order method's Hessian
+products, Ditto's personal model, DQN-Fed's BFGS pairs, losses tracked for improved clients; notebook
+02's four Adult methods are not notebook 06's nineteen): a family that
 fuses as one lockstep group (``fairfl.loop.simulate_group``, as a sweep trains it), as large as a
 sweep's groups (``fairfl.sweeps.MAX_GROUP``) where ``--key-seconds`` of training allow, else smaller
 (a pilot of two runs gives the seconds of a step): the size of the group changes the rate of a step
@@ -83,9 +86,9 @@ def count_notebook(path: Path, profile: str, device: str) -> dict:
     parts = {}
     for sweep, new in zip(found.sweeps, found.new_runs):
         for c in new:
-            key = timing_key(c)
+            key = (found.notebook[:2], *timing_key(c))    # timed per notebook: its own mix of algorithms
             part = parts.setdefault((sweep.name, key), {
-                "notebook": found.notebook[:2], "sweep": sweep.name, "dataset": key[0], "model": key[1], "b": key[2],
+                "notebook": found.notebook[:2], "sweep": sweep.name, "dataset": key[1], "model": key[2], "b": key[3],
                 "runs": 0, "rounds": set(), "client steps": 0.0, "evaluations": 0,
                 "counted": "ESTIMATE (built from stand-in results)" if sweep.from_results else "exact",
                 "key": key, "configs": []})
@@ -366,8 +369,9 @@ def main() -> None:
     lines += md_table(parts, ["notebook", "sweep", "dataset", "model", "b", "runs", "rounds", "client steps",
                               "client steps/s", *(["CPU share"] if by_cpu else []), *cols, "counted"])
     lines += ["", "## Kinds of client step, timed", ""]
-    lines += md_table([{"dataset": k[0], "model": k[1], "b": k[2], "family": k[3], **v} for k, v in rates.items()],
-                      ["dataset", "model", "b", "family", "client steps/s", "s per evaluation",
+    lines += md_table([{"notebook": k[0], "dataset": k[1], "model": k[2], "b": k[3], "family": k[4], **v}
+                       for k, v in rates.items()],
+                      ["notebook", "dataset", "model", "b", "family", "client steps/s", "s per evaluation",
                        *(["CPU share"] if by_cpu else []), "timed", "algorithms", "left out (diverged)", "wall s",
                        "load average (1 min) before", "error"])
     if problems:
