@@ -25,11 +25,13 @@ Sections, in order (``--sections`` runs some of them, e.g. those that failed in 
 4. ``round``: the reference round (FedMGDA+ Table 3's CNN, 100 clients, 10 per round, b = 10):
    seconds per round of one run and of notebook 01's 60-run sweep in lockstep, beside pfl's
    1.30-1.40 s on an H100;
-5. ``profiles``: every notebook's ``paper`` profile — its sweeps read by executing the notebook's
-   cells with the training calls intercepted, the first rounds of each sweep trained on the
-   device and timed, and the profile's time EXTRAPOLATED from its counted client steps (never
-   measured end to end); Shakespeare setup 1 apart: a few roles' first round, extrapolated to one
-   run and to the set;
+5. ``profiles``: every notebook's ``paper`` profile — its sweeps read by ``benchmarks/notebook_sweeps.py``
+   (the statements that build them executed with the training calls intercepted; sweeps chosen
+   from earlier results counted from stand-ins, as estimates), the first rounds of each sweep
+   trained on the device and timed, and the profile's time EXTRAPOLATED from its counted client
+   steps (never measured end to end; ``benchmarks/paper_cost.py`` does the same for any device,
+   per notebook and part); Shakespeare setup 1 apart: a few roles' first round, extrapolated to
+   one run and to the set;
 6. ``cores``: the machine's CPU (a GPU machine has 16 cores): one run's reference round on the CPU on
    1, 2, 4, 5, 8 and 16 threads (``fairfl.engine.cores``, one intra-op thread each; 5: the most stacks
    the round's 10 clients make), medians, with the updates compared bit for bit against one thread.
@@ -64,6 +66,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(1, str(REPO / "benchmarks"))
+
+from notebook_sweeps import client_steps, read_sweeps  # noqa: E402 - the one sweep reader (section 5, paper_cost.py)
 
 SECTIONS = ("env", "tests", "stacked", "round", "profiles", "cores")
 # seconds per section on one H100 (345 s in all; the call's 7 minutes: gpu_run.sh), and --smoke
@@ -682,111 +686,14 @@ def section_cores(ctx: Context) -> dict:
 
 # ----------------------------------------------------------------------------- 5. paper profiles
 
-class _Captured(Exception):
-    """Raised by the intercepted training calls once a notebook's sweep is recorded."""
-
-
-NOTEBOOK_CELL_SECONDS = 20     # a cell that computes for longer (not through the sweeps) is interrupted
-
-
-def capture_sweeps(notebook: Path, profile: str, device: str) -> tuple[list[list], list[str]]:
-    """The sweeps a notebook asks for under ``profile``: its code cells executed in order, with
-    ``fairfl.sweeps.run_many`` and ``run`` intercepted (they record their configs and raise, so
-    nothing trains; the cells that need their results fail and are skipped). Sweeps built from
-    the results of earlier ones are not reached. Returns the sweeps and the cells' errors."""
-    import fairfl.sweeps as sweeps
-    nb = json.loads(notebook.read_text())
-    found, errors = [], []
-
-    def fake_many(configs, *a, **k):
-        configs = list(configs)
-        if configs:
-            found.append(configs)
-        raise _Captured
-
-    def fake_run(config, *a, **k):
-        found.append([config])
-        raise _Captured
-
-    def alarm(*_):
-        raise TimeoutError(f"cell ran over {NOTEBOOK_CELL_SECONDS} s")
-
-    real = sweeps.run_many, sweeps.run
-    sweeps.run_many, sweeps.run = fake_many, fake_run
-    import fairfl.notebook as notebook_module
-    real_save = notebook_module.Session.save
-    notebook_module.Session.save = lambda self, fig, name: None       # no figure is drawn to the disk
-    os.environ["FAIRFL_DEVICE"] = device
-    namespace = {"__name__": "__notebook__"}
-    old = signal.signal(signal.SIGALRM, alarm)
-    try:
-        for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
-            source = "".join(cell["source"])
-            source = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
-            signal.alarm(NOTEBOOK_CELL_SECONDS)
-            try:
-                exec(compile(sweep_statements(source), f"{notebook.name}[{i}]", "exec"), namespace)
-            except _Captured:
-                pass
-            except BaseException as e:  # noqa: BLE001 - a cell that needs results, or any other: skipped
-                if isinstance(e, KeyboardInterrupt):
-                    raise
-                errors.append(f"cell {i}: {type(e).__name__}: {str(e)[:120]}")
-            finally:
-                signal.alarm(0)
-            if "parameters" in cell.get("metadata", {}).get("tags", []):
-                namespace["profile"] = profile
-    finally:
-        signal.signal(signal.SIGALRM, old)
-        sweeps.run_many, sweeps.run = real
-        notebook_module.Session.save = real_save
-        os.environ.pop("FAIRFL_DEVICE", None)
-        with contextlib.suppress(Exception):
-            import matplotlib.pyplot as plt
-            plt.close("all")
-    return found, errors
-
-
-_TRAINS = (".sweep(", "run_many(", "run(")
-
-
-def sweep_statements(source: str):
-    """A cell's statements that can lead to a sweep: imports, definitions, assignments, and any
-    statement whose text calls a sweep; the others (figures, tables, printing) are left out, so
-    that reading a notebook's sweeps costs seconds, not its analysis."""
-    import ast
-    tree = ast.parse(source)
-    keep = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign, ast.AugAssign)
-    tree.body = [node for node in tree.body
-                 if isinstance(node, keep) or any(t in ast.get_source_segment(source, node) for t in _TRAINS)]
-    return tree
-
-
-_SIZES: dict[str, list[int]] = {}
-
-
-def client_steps(config) -> float:
-    """Client SGD steps of one round of ``config``: sampled clients × the mean steps of a client
-    (its training samples, batch size, epochs or steps) over the clients it samples from."""
-    from fairfl.loop import federated_data
-    key = json.dumps([config.dataset, dict(config.dataset_options), config.to_dict()["partition"]], sort_keys=True,
-                     default=str)
-    if key not in _SIZES:
-        _SIZES[key] = [c.num_train for c in federated_data(config).clients]
-    sizes = _SIZES[key]
-    if config.eligible_clients:
-        sizes = [sizes[i] for i in config.eligible_clients]
-    local = config.local
-    per = [local.steps if local.steps is not None else
-           local.epochs * (math.ceil(n / local.batch_size) if local.batch_size else 1) for n in sizes]
-    return config.num_sampled * statistics.fmean(per)
-
-
 def section_profiles(ctx: Context) -> dict:
-    """Every notebook's sweeps under the profile (paper; smoke with --smoke), each counted, the
-    first rounds of each timed on the device (its first 64 runs, in lockstep), and the whole
-    sweep's time extrapolated from its counted client steps at that rate; a sweep left untimed
-    by the budget takes the rate of a timed sweep of the same model and batch size."""
+    """Every notebook's sweeps under the profile (paper; smoke with --smoke), read by
+    ``benchmarks/notebook_sweeps.py`` (every sweep; those built from an earlier sweep's results,
+    notebook 06's edge extensions and reporting sweep, counted from stand-in results and marked
+    as estimates), each sweep's runs counted once per config, the first rounds of each timed on the
+    device (its first 64 runs, in lockstep), and the whole sweep's time extrapolated from its
+    counted client steps at that rate; a sweep left untimed by the budget takes the rate of a
+    timed sweep of the same model and batch size."""
     from fairfl.sweeps import SerialBackend, run_many
     profile = "smoke" if ctx.smoke else "paper"
     notebooks = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -801,16 +708,30 @@ def section_profiles(ctx: Context) -> dict:
         if ctx.left() <= reserve:
             per_notebook[nb.stem] = {"sweeps found": "not read: budget spent"}
             continue
-        found, errors = capture_sweeps(nb, profile, ctx.device)
-        per_notebook[nb.stem] = {"sweeps found": len(found), "cells skipped (first 3)": "; ".join(errors[:3])}
-        for j, configs in enumerate(found):
+        read = read_sweeps(nb, profile, ctx.device)
+        per_notebook[nb.stem] = {"sweeps found": len(read.sweeps), "runs": len(read.runs()),
+                                 "read s": round(read.seconds, 1),
+                                 "statements that failed (first 3)": "; ".join(read.errors[:3])}
+        # a row per sweep and kind of run (notebook 06's sweeps span five federations and four models)
+        parts = []
+        for sweep, new in zip(read.sweeps, read.new_runs):
+            kinds: dict[tuple, list] = {}
+            for c in new:         # a run asked for by an earlier sweep of the notebook is cached by then: not here
+                kinds.setdefault((c.dataset, c.model, json.dumps(dict(c.model_options), sort_keys=True),
+                                  c.local.batch_size), []).append(c)
+            parts += [(sweep, configs) for configs in kinds.values()]
+        for sweep, configs in parts:
             c0 = configs[0]
-            row = {"notebook": nb.stem[:2], "sweep": j, "runs": len(configs), "rounds": c0.rounds, "dataset": c0.dataset,
-                   "model": c0.model, "b": c0.local.batch_size}
+            row = {"notebook": nb.stem[:2], "sweep": sweep.name, "runs": len(configs), "rounds": c0.rounds,
+                   "dataset": c0.dataset, "model": c0.model, "b": c0.local.batch_size,
+                   "counted": "ESTIMATE (from stand-in results)" if sweep.from_results else "exact"}
             rows.append(row)
             if c0.dataset == "shakespeare":
-                shakespeare.append(configs)
-                row["note"] = "Shakespeare setup 1: below"
+                if not shakespeare or dict(c0.model_options) == dict(shakespeare[0][0].model_options):
+                    shakespeare.append(configs)
+                    row["note"] = "Shakespeare setup 1: below"
+                else:
+                    row["note"] = "not timed here (another LSTM size): benchmarks/paper_cost.py times it"
                 continue
             if ctx.smoke and (any("timed s" in r for r in rows) or c0.model not in ("logreg", "mlp2")):
                 row["note"] = "smoke: one small sweep is counted and timed"
@@ -823,7 +744,8 @@ def section_profiles(ctx: Context) -> dict:
                     counted = sum(rounds * client_steps(c) for c in sub)
                     with tempfile.TemporaryDirectory() as tmp:
                         t0 = time.perf_counter()
-                        run_many(sub, backend=SerialBackend(), root=Path(tmp), progress=False)
+                        run_many(sub, backend=SerialBackend(), root=Path(tmp), progress=False,
+                                 keep_diverged=True)     # a tuning grid's largest rates may diverge
                         wall = time.perf_counter() - t0
                     rate = rates[(c0.model, c0.local.batch_size)] = counted / wall
                     row.update({"timed runs × rounds": f"{len(sub)} × {rounds}", "timed s": round(wall, 2),

@@ -33,6 +33,8 @@ SMOKE: dict[str, tuple[list[str], str]] = {
     # the character LSTM's reference and stacked paths at N = 1 and 2, one step each
     "benchmarks/lstm_speed.py": (["--smoke"], "stacked / reference at N = 2: "),
     "benchmarks/minnorm_speed.py": (["--reps", "1"], "speed-up of the fast solver vs cvxpy at m=100"),  # instant
+    # every notebook's smoke profile read and counted, each kind of client step timed for 2 rounds
+    "benchmarks/paper_cost.py": (["--smoke", "--out", "{tmp}/cost.json"], "paper_cost: 7 notebook(s), "),
     # real pfl from .pfl/ (`make test` installs it first: benchmarks/pfl_setup.sh), both sides once
     "benchmarks/pfl_round.py": (["--smoke", "--compare", "1"], "fairfl (2 threads) vs pfl (2 processes): "),
     "benchmarks/ray_throughput.py": (["--smoke"], "| RayBackend"),
