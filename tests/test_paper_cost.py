@@ -345,7 +345,13 @@ runs = session.sweep(config, lr=lrs, seed=[0])
     import fairfl.loop
     import fairfl.sweeps
     assert fairfl.sweeps.run_many.__module__ == "fairfl.sweeps" and fairfl.loop.simulate.__name__ == "simulate"
-    assert fairfl.sweeps.simulate is fairfl.loop.simulate and fairfl.sweeps.simulate_group is fairfl.loop.simulate_group
+    import sys
+    held = {(name, attr): value for name, module in list(sys.modules.items())
+            if module is not None and (name == "fairfl" or name.startswith("fairfl."))
+            for attr, value in vars(module).items() if attr in ("simulate", "simulate_group", "run_many")}
+    assert held and all(getattr(v, "__module__", "").startswith("fairfl.") and "refus" not in getattr(v, "__qualname__", "")
+                        and "fake" not in getattr(v, "__qualname__", "") for v in held.values()), held
+    assert fairfl.sweeps.workers.simulate_group is fairfl.loop.simulate_group
 
 
 def test_gpu_check_uses_this_reader():
