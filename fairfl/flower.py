@@ -361,10 +361,15 @@ def client_app(*configs: ExperimentConfig) -> ClientApp:
         with run_threads():
             w = from_arrays(node.model, msg.content["arrays"])
             own = _load_state(node.config.algorithm, context, key).get(k)
-            if node.config.algorithm.personal:
-                # a personalised algorithm (Ditto) evaluates the client's own model; before the
-                # client's first round that is the w⁰ the rule sends with its plan (Ditto's "initial")
-                w = own.personal if own is not None else tensors_of(msg.content.get("plan")).get("initial", w)
+            if node.config.algorithm.personal and own is not None:
+                w = own.personal          # a personalised algorithm (Ditto) evaluates the client's own model
+            elif node.config.algorithm.personal:
+                # before the client's first round it has none: Ditto trains one for FedAvg-FT's budget from the
+                # global model (or, λ = 0, from the w⁰ the rule sends with its plan), on the loop's round and stream
+                initial = tensors_of(msg.content.get("plan")).get("initial", w)
+                clients = ClientRuntime(node.model, node.fed.clients, node.config.seed, node.config.batched)
+                clients.round = int(msg.content["config"]["fairfl-round"]) - 1
+                w = node.config.algorithm.untrained(clients, [k], w, initial, node.config.local)[0]
             set_flat_params(node.model, w.to(next(node.model.parameters()).device))
             ev = evaluate_model(node.model, [node.fed.clients[k]])
         metrics = {"client-id": k, "test-acc": _metric(ev.test_acc[0]), "test-loss": _metric(ev.test_loss[0]),
