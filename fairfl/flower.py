@@ -222,6 +222,13 @@ class _Evaluated:
                               "which is what the nodes were sent: make eval_params return it")
         return merge_evaluations(self.rows)
 
+    def train_from(self, ids: Sequence[int], starts: torch.Tensor, local: Any, prox_centre: Any = None,
+                   purpose: int = 0) -> torch.Tensor:
+        """The models an algorithm makes at evaluation (Ditto's for a client never sampled) were made on
+        the nodes, which evaluated them: here the starts stand in for them (``evaluate_each`` returns
+        the nodes' rows)."""
+        return starts
+
     def evaluate_each(self, params: Sequence[torch.Tensor]) -> Evaluation:
         if len(params) != len(self.rows):
             raise ConfigError(f"evaluate_each got {len(params)} models for {len(self.rows)} clients")
