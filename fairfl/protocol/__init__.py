@@ -34,10 +34,15 @@ verdicts), :mod:`~fairfl.protocol.files` (the CSV files). Every name is importab
 ``fairfl.protocol``."""
 from .files import SCHEMAS, read_table, write_table  # noqa: F401
 from .scores import (CRITERIA, LOWER_IS_BETTER, METRIC_RANGE, REPORTED, SCORED, client_rows,  # noqa: F401
-                     difference_range, local_steps, pareto_front, reported)
-from .statistics import (DRAWS, EXACT_SEEDS, benjamini_hochberg, bounds, detectable_difference, holm,  # noqa: F401
-                         location, p_greater, p_less, p_two_sided, paired, subset_means)
-from .tuning import (Axis, ValidationView, constant_accuracy, extension, latin_design, point_label,  # noqa: F401
-                     select, speaks, validation_score)
-from .verdicts import (CONTRADICTED, INCONCLUSIVE, KEYS, KINDS, NOT_JUDGED, SUPPORTED, Claim,  # noqa: F401
-                       Comparison, judge, summary, wide)
+                     difference_range, identical_runs, local_steps, metric_label, never_sampled, pareto_front,
+                     reported, run_scores)
+from .statistics import (DRAWS, EXACT_SEEDS, benjamini_hochberg, bounds, holm, location, p_greater,  # noqa: F401
+                         p_less, p_two_sided, paired, possibly_true, subset_means)
+from .power import (PowerConstant, agreement_table, best_case_p, detectable_difference, fewest_agreeing,  # noqa: F401
+                    power_at, power_constant, rejections_allowed, seed_plan)
+from .tuning import (Axis, ValidationView, constant_accuracy, point_label, select, speaks,  # noqa: F401
+                     validation_score)
+from .design import (SHARED, Design, best_columns, check_designs, coverage, edge_extensions, largest_correlation,  # noqa: F401
+                     method_design, shared_design, spearman)
+from .verdicts import (CONTRADICTED, INCONCLUSIVE, KEYS, KINDS, NOT_JUDGED, SUPPORTED, SUPPORTED_BELOW,  # noqa: F401
+                       Claim, Comparison, judge, summary, wide)
