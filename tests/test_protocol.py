@@ -244,7 +244,7 @@ def test_how_many_seeds_must_agree():
     assert p_greater([5.0] * 11 + [-6.0], 0.0) > protocol.best_case_p(12, 1)
     t = protocol.agreement_table({"cheap": 16, "dear": 10}, 0.05 / 28).set_index("federation")
     assert t.loc["dear", "agree"] == 10 and t.loc["dear", "interval"] == "the seeds' [min, max]"
-    assert t.loc["cheap", "agree"] == 10 and "117-th smallest" in t.loc["cheap", "interval"]
+    assert t.loc["cheap", "agree"] == 10 and "117th smallest" in t.loc["cheap", "interval"]
 
 
 # ----------------------------------------------------------------------------- tables and verdicts
@@ -507,6 +507,9 @@ def test_tables_carry_their_schema_and_protocol(tmp_path):
     (tmp_path / "new.csv").write_text("# fairfl table=summary schema=99 protocol=7\na\n1\n")
     with pytest.raises(ConfigError, match="schema 99"):
         read_table(tmp_path / "new.csv")
+    assert read_table(tmp_path / "new.csv", schema=99).attrs["schema"] == 99       # an earlier version, asked for
+    with pytest.raises(ConfigError, match="asked for schema 1"):
+        read_table(tmp_path / "t.csv", schema=1)
     with pytest.raises(ConfigError, match="unknown table kind"):
         write_table(frame, tmp_path / "x.csv", "other", "1")
 

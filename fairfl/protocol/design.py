@@ -203,9 +203,10 @@ def check_designs(designs: Mapping[str, Design]) -> None:
     """Refuse a set of method designs (``designs``: {method: Design}) in which a method has two
     knobs that move together (|Spearman ρ| = 1: one knob's effect cannot be told from the other's)
     or in which two methods tried different points of the knobs they share (:data:`SHARED`: the
-    comparisons would then not share their coverage). A design of one configuration has nothing to
+    comparisons would then not share their coverage; compared by grid position, so that a method
+    whose server step has a grid of its own, FedLF's ηᵗ, still takes the common column). A design of one configuration has nothing to
     correlate. Raises :class:`ConfigError` naming the method and knobs."""
-    seen: dict[str, tuple[str, tuple[float, ...]]] = {}
+    seen: dict[str, tuple[str, tuple[int, ...]]] = {}
     for method, d in designs.items():
         if len(d.points) > 1:
             for a, b in itertools.combinations(d.axes, 2):
@@ -215,9 +216,8 @@ def check_designs(designs: Mapping[str, Design]) -> None:
                                       f"{rho:+.0f}); fix one of them (declared) or give the design more configurations")
         for name in SHARED:
             if name in d.columns:
-                where = [a for a in d.axes if a.name == name][0]
-                column = tuple(where.values[i % len(where.values)] for i in d.columns[name])
+                column = tuple(d.columns[name])            # grid positions: FedLF's ηᵗ has its own grid values
                 first = seen.setdefault(name, (method, column))
                 if first[1] != column:
-                    raise ConfigError(f"{method} tries {name} = {column}, {first[0]} {first[1]}: the knobs every "
-                                      "method shares must have one design")
+                    raise ConfigError(f"{method} tries {name} at grid positions {column}, {first[0]} at {first[1]}: "
+                                      "the knobs every method shares must have one design")

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
-from .statistics import EXACT_SEEDS, TOL, _finite, _patterns
+from .statistics import EXACT_SEEDS, TOL, finite_values, sign_patterns
 
 DRAWS = 20_000          # normal draws per power constant (r ≥ 1); the error this leaves is reported with it
 SEED = 2024             # the simulation's fixed generator
@@ -49,7 +49,7 @@ def rejections_allowed(n: int, a: float) -> int:
     seeds to reject at level ``a`` (−1: it cannot reject at that level)."""
     if n < 1:
         return -1
-    return math.floor(a * _patterns(n) + TOL) - 1
+    return math.floor(a * sign_patterns(n) + TOL) - 1
 
 
 def fewest_agreeing(n: int, a: float) -> int | None:
@@ -171,7 +171,7 @@ def detectable_difference(differences, a: float, power: float = 0.8) -> float:
     difference."""
     if not 0 < a < 1 or not 0 < power < 1:
         raise ConfigError(f"level and power must be in (0, 1), got {a} and {power}")
-    v = _finite(differences)
+    v = finite_values(differences)
     n = v.size
     if n < 2 or rejections_allowed(n, a) < 0:
         return math.inf
@@ -203,6 +203,10 @@ def seed_plan(spreads: pd.DataFrame, candidates: Iterable[int], a: float, power:
     return pd.DataFrame(rows)
 
 
+def _ordinal(k: int) -> str:
+    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
+
+
 def agreement_table(seeds: Mapping[str, int], a: float) -> pd.DataFrame:
     """Per federation ({name: n}): n, the strictest level ``a``, the fewest of n seeds that must
     agree for a rejection there, the best-case p-value with one more dissenter than that allows
@@ -217,5 +221,82 @@ def agreement_table(seeds: Mapping[str, int], a: float) -> pd.DataFrame:
                      "p_best": None if k is None else best_case_p(n, k),
                      "p_one_more": None if k is None or k + 1 > n else best_case_p(n, k + 1),
                      "interval": ("none: the whole range" if r < 0 else "the seeds' [min, max]" if r == 0 else
-                                  f"the {r + 1}-th smallest and largest of the {2 ** n - 1} subset means")})
+                                  f"from the {_ordinal(r + 1)} smallest to the {_ordinal(r + 1)} largest of the "
+                                  f"{2 ** n - 1} subset means (the smallest: the lowest seed)")})
     return pd.DataFrame(rows)
+
+
+def pilot_scores(runs: pd.DataFrame, criteria: Iterable[str] = ("mean", "mean-std")) -> pd.DataFrame:
+    """An earlier run as the pilot of the next protocol, from its long file alone: the reported
+    numbers of each of its reporting runs (recomputed from the test rows,
+    :func:`~fairfl.protocol.scores.run_scores`), one row per (federation, criterion, method, seed) at
+    the point that criterion chooses on the tuning runs' validation rows (the mean over tuning seeds
+    of the criterion of the clients' validation accuracies; ties to the first point in the file's
+    order, as :func:`~fairfl.protocol.tuning.select` breaks them)."""
+    from .scores import CRITERIA, run_scores
+    tuning = runs[(runs["phase"] == "tuning") & (runs["split"] == "val") & (runs["scored"] != "averaged iterate")]
+    reporting = runs[(runs["phase"] == "reporting") & (runs["scored"] != "averaged iterate")]
+    per_run = run_scores(reporting, by=("federation", "track", "method", "point", "seed"))
+    frames = []
+    for criterion in criteria:
+        score = tuning.groupby(["federation", "method", "point", "seed"], sort=False)["accuracy"].agg(
+            lambda a: CRITERIA[criterion](a.to_numpy() / 100)).groupby(["federation", "method", "point"],
+                                                                          sort=False).mean().reset_index()
+        best = score.loc[score.groupby(["federation", "method"], sort=False)["accuracy"].idxmax()]
+        chosen = best[["federation", "method", "point"]].assign(criterion=criterion)
+        frames.append(chosen.merge(per_run, on=["federation", "method", "point"]))
+    return pd.concat(frames, ignore_index=True).sort_values(
+        ["federation", "criterion", "method", "seed"], kind="stable").reset_index(drop=True)
+
+
+def pilot_spreads(pilot: pd.DataFrame, parts: Iterable[tuple[str, str, str, str, str]],
+                  stand_in: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """The seed-paired spread of every claim part on every federation of a pilot
+    (:func:`pilot_scores`): ``parts`` as (claim, method, other, metric, criterion); one row each with
+    the pilot's seeds, its mean difference and ``sd`` (the standard deviation of the seed-paired
+    differences, ddof = 1). ``stand_in`` ({method: the pilot's method}) names a method the pilot did
+    not run by one it did (the 6.3 "FedAvg (uniform)" by 6.2's FedAvg), said in ``stand_in``."""
+    stand_in = dict(stand_in or {})
+    rows = []
+    for claim, method, other, metric, criterion in parts:
+        for fed, g in pilot[pilot["criterion"] == criterion].groupby("federation", sort=False):
+            a = g[g["method"] == stand_in.get(method, method)].set_index("seed")[metric]
+            b = g[g["method"] == stand_in.get(other, other)].set_index("seed")[metric]
+            d = (a - b).dropna()
+            if d.size < 2:
+                continue
+            rows.append({"claim": claim, "federation": fed, "method": method, "other": other, "metric": metric,
+                         "criterion": criterion, "pilot_seeds": int(d.size), "pilot_difference": float(d.mean()),
+                         "sd": float(d.std(ddof=1)),
+                         "stand_in": "; ".join(f"{m} ← {stand_in[m]}" for m in (method, other) if m in stand_in)})
+    return pd.DataFrame(rows)
+
+
+def allocate_seeds(spreads: pd.DataFrame, cost: Mapping[str, float], budget: float, a: float, power: float = 0.8,
+                   most: int = 14) -> tuple[dict[str, int], pd.DataFrame]:
+    """Reporting seeds per federation by a declared rule, before the runs: every federation of
+    ``spreads`` (:func:`pilot_spreads`) starts at the fewest n at which a rejection at level ``a``
+    needs fewer than n agreeing seeds (⌈log₂(1/a)⌉ + 1); then, while the total ``cost`` (seconds per
+    reporting seed, per federation) stays within ``budget``, one more seed goes to the federation
+    where it shrinks the median detectable difference of its parts (pilot σ × δ/σ(n), points) the most
+    per second; never beyond ``most``. Returns ({federation: n}, the steps taken: federation, n, the
+    cost so far, the median detectable difference before and after, the gain per second)."""
+    feds = list(dict.fromkeys(spreads["federation"]))
+    start = max(2, int(math.ceil(math.log2(1 / a) - TOL)) + 1)
+    n = {f: start for f in feds}
+    sd = {f: float(spreads[spreads["federation"] == f]["sd"].median()) for f in feds}
+    detect = lambda f, k: sd[f] * power_constant(k, a, power).value
+    spent = sum(cost[f] * n[f] for f in feds)
+    steps = [{"federation": f, "n": n[f], "cost": spent, "detectable": detect(f, n[f]), "gain_per_second": math.nan}
+             for f in feds]
+    while True:
+        options = [(((detect(f, n[f]) - detect(f, n[f] + 1)) / cost[f]), f) for f in feds
+                   if n[f] < most and spent + cost[f] <= budget]
+        if not options:
+            break
+        gain, f = max(options)
+        n[f] += 1
+        spent += cost[f]
+        steps.append({"federation": f, "n": n[f], "cost": spent, "detectable": detect(f, n[f]),
+                      "gain_per_second": gain})
+    return n, pd.DataFrame(steps)

@@ -42,12 +42,12 @@ DRAWS = 2 ** 16 - 1
 TOL = 1e-9          # values are rounded to this before they are compared (equal seeds give equal means)
 
 
-def _finite(values) -> np.ndarray:
+def finite_values(values) -> np.ndarray:
     v = np.asarray(values, dtype=np.float64).ravel()
     return v[np.isfinite(v)]
 
 
-def _patterns(n: int) -> int:
+def sign_patterns(n: int) -> int:
     """How many equally likely sign patterns a p-value counts: 2ⁿ, or DRAWS + 1."""
     return 2 ** n if n <= EXACT_SEEDS else DRAWS + 1
 
@@ -55,7 +55,7 @@ def _patterns(n: int) -> int:
 def subset_means(values) -> np.ndarray:
     """The sorted means of the non-empty subsets of ``values`` (NaN dropped): all 2ⁿ − 1 of them
     for n ≤ ``EXACT_SEEDS``, else ``DRAWS`` random ones, rounded to 1e-9."""
-    v = _finite(values)
+    v = finite_values(values)
     n = v.size
     if n == 0:
         return np.empty(0)
@@ -73,7 +73,7 @@ def p_greater(values, c: float) -> float:
     means = subset_means(values)
     if means.size == 0:
         return math.nan
-    return (1 + int(np.searchsorted(means, round(c, 9), side="right"))) / _patterns(_finite(values).size)
+    return (1 + int(np.searchsorted(means, round(c, 9), side="right"))) / sign_patterns(finite_values(values).size)
 
 
 def p_less(values, c: float) -> float:
@@ -82,7 +82,7 @@ def p_less(values, c: float) -> float:
     if means.size == 0:
         return math.nan
     below = int(np.searchsorted(means, round(c, 9), side="left"))
-    return (1 + means.size - below) / _patterns(_finite(values).size)
+    return (1 + means.size - below) / sign_patterns(finite_values(values).size)
 
 
 def p_two_sided(values, c: float = 0.0) -> float:
@@ -100,7 +100,7 @@ def bounds(values, a: float, limits: tuple[float, float] = (-math.inf, math.inf)
     means = subset_means(values)
     if means.size == 0:
         return math.nan, math.nan
-    k = math.floor(a * _patterns(_finite(values).size) + TOL) - 1      # means ≤ c allowed below the bound
+    k = math.floor(a * sign_patterns(finite_values(values).size) + TOL) - 1      # means ≤ c allowed below the bound
     if k < 0:
         return limits
     return max(float(means[k]), limits[0]), min(float(means[-1 - k]), limits[1])
@@ -112,7 +112,7 @@ def location(values, level: float = 0.95, limits: tuple[float, float] = (-math.i
     from :func:`bounds`."""
     if not 0 < level < 1:
         raise ConfigError(f"level must be in (0, 1), got {level}")
-    v = _finite(values)
+    v = finite_values(values)
     if v.size == 0:
         return math.nan, math.nan, math.nan
     lo, hi = bounds(v, (1 - level) / 2, limits)
