@@ -140,6 +140,7 @@ def tradeoff_paths(grid, methods: Sequence[str], styles: Mapping[str, Mapping[st
     xlim = _inside(finite[x].min(), finite[x].max(), METRIC_RANGE[x], 0.12) if len(finite) else METRIC_RANGE[x]
     ylim = _inside(finite[y].min(), finite[y].max(), METRIC_RANGE[y], 0.12) if len(finite) else METRIC_RANGE[y]
     diverged_col = grid["diverged"] if "diverged" in grid else np.zeros(len(grid), dtype=bool)
+    labels: list = []
     for ax, m in zip(axes.flat, shown):
         g = grid[grid.method == m]
         gone = g[diverged_col[g.index].astype(bool) | ~(np.isfinite(g[x]) & np.isfinite(g[y]))]
@@ -151,9 +152,8 @@ def tradeoff_paths(grid, methods: Sequence[str], styles: Mapping[str, Mapping[st
             ax.plot(hit[x], hit[y], linestyle="none", marker=marker, markersize=8, markerfacecolor="none",
                     markeredgecolor="0.15", markeredgewidth=0.8)
         if "tag" in g:
-            for r in g.itertuples():
-                ax.annotate(str(r.tag), (getattr(r, x), getattr(r, y)), xytext=(3, 2), textcoords="offset points",
-                            fontsize=MIN_TEXT_PT, color="0.25")
+            labels += [ax.annotate(str(r.tag), (getattr(r, x), getattr(r, y)), xytext=(3, 2), textcoords="offset points",
+                                   fontsize=MIN_TEXT_PT, color="0.25") for r in g.itertuples()]
         head = "\n".join(textwrap.wrap(m, 22))
         if m in knobs:
             head += f"\n({knobs[m]})"
@@ -174,7 +174,29 @@ def tradeoff_paths(grid, methods: Sequence[str], styles: Mapping[str, Mapping[st
     fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=MIN_TEXT_PT, frameon=False)
     if title:
         fig.suptitle(title, fontsize=MIN_TEXT_PT + 1)
+    _spread_labels(fig, labels)
     return fig
+
+
+def _spread_labels(fig, labels) -> None:
+    """Move each point's label to the first of a few places beside its point where it lies inside its
+    panel and over no label placed before it (two configurations close in the plane would print their
+    values over each other); where none is free it takes the last place tried."""
+    places = [(3, 2), (3, -9), (-3, 2), (-3, -9), (3, 8), (-3, 8), (3, -15), (-3, -15)]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    placed = [t.get_window_extent(renderer) for ax in fig.axes for t in (*ax.get_xticklabels(), *ax.get_yticklabels(),
+                                                                         ax.title) if t.get_visible() and t.get_text()]
+    for label in labels:
+        for dx, dy in places:
+            label.set_position((dx, dy))
+            label.set_horizontalalignment("left" if dx > 0 else "right")
+            box, panel = label.get_window_extent(renderer), label.axes.get_window_extent(renderer)
+            inside = panel.x0 <= box.x0 and box.x1 <= panel.x1 and panel.y0 <= box.y0 and box.y1 <= panel.y1
+            if inside and not any(min(box.x1, b.x1) - max(box.x0, b.x0) > 0 and min(box.y1, b.y1) - max(box.y0, b.y0) > 0
+                                  for b in placed):
+                break
+        placed.append(label.get_window_extent(renderer))
 
 
 def effect_heatmap(table, federations: Sequence[str], methods: Sequence[str],
