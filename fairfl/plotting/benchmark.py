@@ -57,7 +57,7 @@ def _robust_limits(centres, spans, dots, limits, fence: float = 3.0, pad: float 
 
 def forest_plot(table, seeds, reference: str, methods: Sequence[str], styles: Mapping[str, Mapping[str, Any]],
                 metrics: Sequence[str] = ("mean", "std", "worst10"), axes=None, fdr: float = 0.05,
-                clients: int | None = None):
+                clients: int | None = None, labels: Mapping[str, str] | None = None):
     """Seed-paired differences from ``reference``, one panel per metric and one row per method
     (a :func:`fairfl.protocol.summary` ``table`` of one federation, track and criterion): the
     mean difference with its interval, each seed's own difference as a small dot (``seeds``:
@@ -66,7 +66,8 @@ def forest_plot(table, seeds, reference: str, methods: Sequence[str], styles: Ma
     inside Tukey's far-out fences (pooled over the methods), inside the range a difference of the
     metric can take: so that one extreme seed does not squeeze every other method into a line, a
     seed or an interval end beyond it is drawn at the edge as a caret (‹ ›) in its method's colour. ``clients``
-    names the worst-10 % panel "worst client" where a federation has fewer than 20."""
+    names the worst-10 % panel "worst client" where a federation has fewer than 20; ``labels``
+    renames rows (a row compared with another reference than ``reference`` says so)."""
     from ..protocol import LOWER_IS_BETTER, difference_range, metric_label
     shown = [m for m in methods if m != reference and m in set(table.method)]
     if axes is None:
@@ -106,7 +107,7 @@ def forest_plot(table, seeds, reference: str, methods: Sequence[str], styles: Ma
         ax.set_xlabel(f"difference from {reference} (points)")
         ax.grid(axis="y", visible=False)
         _print_text(ax)
-    axes[0].set_yticks([y[m] for m in shown], shown)
+    axes[0].set_yticks([y[m] for m in shown], [dict(labels or {}).get(m, m) for m in shown])
     axes[0].set_ylim(-0.7, len(shown) - 0.3)
     key = [matplotlib.lines.Line2D([], [], color="0.3", marker="o", linestyle="-", markersize=4.5, label=text,
                                    markerfacecolor=face) for face, text in
