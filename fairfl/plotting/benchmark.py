@@ -103,7 +103,7 @@ def forest_plot(table, seeds, reference: str, methods: Sequence[str], styles: Ma
         ax.axvline(0, color="0.15", linewidth=0.9, zorder=1)
         ax.set_xlim(left, right)
         better = "lower is better" if metric in LOWER_IS_BETTER else "higher is better"
-        ax.set_title(f"{metric_label(metric, clients) if metric != 'std' else 'σ over clients'} ({better})")
+        ax.set_title(f"{metric_label(metric, clients) if metric != 'std' else 'σ over clients'}\n({better})")
         ax.set_xlabel(f"difference from {reference} (points)")
         ax.grid(axis="y", visible=False)
         _print_text(ax)
