@@ -242,7 +242,7 @@ class ExperimentConfig:
 # (and the key) only when they differ from their default, so that every earlier key still names
 # the same result.
 _ADDED_AFTER_V5 = {("partition", "reading"): "true", ("averaged_iterate",): False, ("track_validation",): False,
-                   ("partition", "val_fraction"): 0.0, ("partition", "min_size"): 1}
+                   ("partition", "val_fraction"): 0.0, ("partition", "min_size"): 1, ("partition", "test_source"): "split"}
 
 
 def _canonical_device(spec: Any) -> str:

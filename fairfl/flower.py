@@ -222,6 +222,13 @@ class _Evaluated:
                               "which is what the nodes were sent: make eval_params return it")
         return merge_evaluations(self.rows)
 
+    def train_from(self, ids: Sequence[int], starts: torch.Tensor, local: Any, prox_centre: Any = None,
+                   purpose: int = 0) -> torch.Tensor:
+        """The models an algorithm makes at evaluation (Ditto's for a client never sampled) were made on
+        the nodes, which evaluated them: here the starts stand in for them (``evaluate_each`` returns
+        the nodes' rows)."""
+        return starts
+
     def evaluate_each(self, params: Sequence[torch.Tensor]) -> Evaluation:
         if len(params) != len(self.rows):
             raise ConfigError(f"evaluate_each got {len(params)} models for {len(self.rows)} clients")
@@ -361,10 +368,15 @@ def client_app(*configs: ExperimentConfig) -> ClientApp:
         with run_threads():
             w = from_arrays(node.model, msg.content["arrays"])
             own = _load_state(node.config.algorithm, context, key).get(k)
-            if node.config.algorithm.personal:
-                # a personalised algorithm (Ditto) evaluates the client's own model; before the
-                # client's first round that is the w⁰ the rule sends with its plan (Ditto's "initial")
-                w = own.personal if own is not None else tensors_of(msg.content.get("plan")).get("initial", w)
+            if node.config.algorithm.personal and own is not None:
+                w = own.personal          # a personalised algorithm (Ditto) evaluates the client's own model
+            elif node.config.algorithm.personal:
+                # before the client's first round it has none: Ditto trains one for FedAvg-FT's budget from the
+                # global model (or, λ = 0, from the w⁰ the rule sends with its plan), on the loop's round and stream
+                initial = tensors_of(msg.content.get("plan")).get("initial", w)
+                clients = ClientRuntime(node.model, node.fed.clients, node.config.seed, node.config.batched)
+                clients.round = int(msg.content["config"]["fairfl-round"]) - 1
+                w = node.config.algorithm.untrained(clients, [k], w, initial, node.config.local)[0]
             set_flat_params(node.model, w.to(next(node.model.parameters()).device))
             ev = evaluate_model(node.model, [node.fed.clients[k]])
         metrics = {"client-id": k, "test-acc": _metric(ev.test_acc[0]), "test-loss": _metric(ev.test_loss[0]),

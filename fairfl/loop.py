@@ -149,6 +149,7 @@ def simulate_group(configs: Sequence[ExperimentConfig], checkpoint_dirs: Sequenc
         if on_done is not None:
             on_done(0, history)
         return [history]
+    cores.limit_malloc_arenas()     # the runs' threads share two allocator arenas (engine.cores: memory)
     lockstep = Lockstep(slots=lambda: max(1, cores.threads() // RUN_THREADS))  # the cores this process may use now
     results: list[History | BaseException | None] = [None] * len(configs)
 

@@ -239,6 +239,9 @@ SCHEMES = ("iid", "shards", "dirichlet", "one_class", "attribute", "natural", "l
 # code reads them (rows shifted by one, 80 % kept; :func:`as_in_fedmgda_code`), to show where the
 # paper's Table 7 baseline comes from; never the default.
 READINGS = ("true", "official-code")
+# Where a client's test rows come from when its share of the training file is split: that share ("split"),
+# or the standard test file ("file"), never seen by any partition's training or validation rows
+TEST_SOURCES = ("split", "file")
 
 
 @dataclass(frozen=True)
@@ -270,6 +273,15 @@ class PartitionSpec:
     as its validation split, drawn with ``seed``, while the test stays the standard test file's:
     the papers' settings with a validation split to tune on (notebook 06).
 
+    ``test_source="file"`` (with a ``split``) tests each client on rows of the standard test file
+    instead of its share's test fraction: for every label, as many rows as its split's test fraction
+    holds of that label (at most the file's rows of it), drawn without replacement from the file's
+    rows of that label (``seed``; clients draw independently, so two clients may share a test row).
+    Its train and validation rows are exactly those of ``"split"``; the share's test rows are left
+    unused. Then no partition's training or validation rows, whatever its seed, are any client's
+    test rows: a tuning seed's partition cannot have trained on a reporting seed's test rows
+    (notebook 06, protocol 6.3, on label shards and Dirichlet).
+
     ``min_size`` (``dirichlet`` only) redraws the Dirichlet proportions until every client holds
     at least that many samples (:func:`dirichlet`), so that each client's split has a test set
     worth scoring (notebook 06: 50 clients of at least 250 samples, at least 50 of them for test)."""
@@ -289,6 +301,8 @@ class PartitionSpec:
     val_fraction: float = option(0.0, low=0.0, high=1.0, high_open=True,
                                  doc="with split=None: the share of each client's training rows held out for validation")
     min_size: int = option(1, low=1, doc="dirichlet: redrawn until every client holds at least this many samples")
+    test_source: str = option("split", choices=TEST_SOURCES,
+                              doc="'file': each client tests on the standard test file's rows of its split's labels")
 
     def __post_init__(self) -> None:
         validate_options(self, "partition")
@@ -330,6 +344,9 @@ class PartitionSpec:
                               "'attribute' partition, which fixes each client's training share (80 %) and tests on the "
                               f"standard test file: it needs scheme='attribute', split=None and pooled=False (got "
                               f"scheme={self.scheme!r}, split={self.split!r}, pooled={self.pooled})")
+        if self.test_source != "split" and self.split is None:
+            raise ConfigError(f"partition: test_source={self.test_source!r} replaces the test fraction of a split; with "
+                              "split=None the clients already test on the standard test file")
         if self.min_size != 1 and self.scheme != "dirichlet":
             raise ConfigError(f"partition: min_size={self.min_size} applies to scheme 'dirichlet' (redrawn until every "
                               f"client holds that many samples), not {self.scheme!r}")
@@ -465,11 +482,36 @@ def _federate(ds: ArrayDataset, spec: PartitionSpec) -> FederatedData:
                                   ds.x_test[t], ds.y_test[t]))
         return FederatedData(ds, spec, clients, train_parts)
     in_order = spec.scheme == "natural" and ds.sequential
+    from_file = spec.test_source == "file"
+    test_rng = seeding.partition_rng(spec.seed, seeding.TEST_FILE) if from_file else None
     train_parts = []
     for idx in parts:
         cut = split_in_order(idx, spec.split) if in_order else split_client(idx, spec.split, split_rng)
         tr, va, te = (torch.from_numpy(p) for p in cut)
         train_parts.append(tr.numpy())
-        clients.append(Client(ds.x_train[tr], ds.y_train[tr], ds.x_train[va], ds.y_train[va],
-                              ds.x_train[te], ds.y_train[te]))
+        if from_file:
+            t = torch.from_numpy(_test_file_rows(ds, spec, te.numpy(), test_rng))
+            x_test, y_test = ds.x_test[t], ds.y_test[t]
+        else:
+            x_test, y_test = ds.x_train[te], ds.y_train[te]
+        clients.append(Client(ds.x_train[tr], ds.y_train[tr], ds.x_train[va], ds.y_train[va], x_test, y_test))
     return FederatedData(ds, spec, clients, train_parts)
+
+
+def _labels_of(y: torch.Tensor, spec: PartitionSpec) -> np.ndarray:
+    labels = y.numpy()
+    return labels[:, spec.label_column] if labels.ndim == 2 else labels
+
+
+def _test_file_rows(ds: ArrayDataset, spec: PartitionSpec, share_test: np.ndarray, rng: np.random.Generator
+                    ) -> np.ndarray:
+    """Rows of the standard test file with the label counts of a client's test fraction
+    (``share_test``: its rows of the training file), each label's drawn without replacement from
+    the file's rows of that label (all of them where the client asks for more), sorted."""
+    if len(ds.y_test) == 0:
+        raise ConfigError(f"partition: test_source='file', but {ds.name!r} has no test file")
+    wanted = np.bincount(_labels_of(ds.y_train, spec)[share_test], minlength=ds.num_classes)
+    file_labels = _labels_of(ds.y_test, spec)
+    rows = [rng.choice(np.flatnonzero(file_labels == c), size=min(int(n), int(np.sum(file_labels == c))),
+                       replace=False) for c, n in enumerate(wanted) if n]
+    return np.sort(np.concatenate(rows)) if rows else np.array([], dtype=np.int64)

@@ -32,6 +32,7 @@ BATCHES = 0xC11         # a client's batch order and dropout masks in a round
 PARTITION = 0xFA1       # the partition (seeded by PartitionSpec.seed, no round)
 SPLIT = 0x5B1           # each client's train / val / test split (likewise)
 FINETUNE = 0xF17        # a client's batches when it fine-tunes the global model before it is scored (FedAvg-FT)
+TEST_FILE = 0x7F1       # the standard test file's rows a client is tested on (PartitionSpec.test_source="file")
 
 
 def rng(seed: int, round_: int, purpose: int, *ids: int) -> np.random.Generator:
@@ -124,5 +125,6 @@ def _keep(base: torch.Tensor, shape: tuple[int, ...], p: float) -> torch.Tensor:
 
 
 def partition_rng(seed: int, purpose: int) -> np.random.Generator:
-    """The generator of a partition (``PARTITION``) or of the clients' splits (``SPLIT``)."""
+    """The generator of a partition (``PARTITION``), of the clients' splits (``SPLIT``) or of their
+    rows of the test file (``TEST_FILE``)."""
     return np.random.default_rng(np.random.SeedSequence([seed, purpose]))

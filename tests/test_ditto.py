@@ -1,6 +1,7 @@
 """Ditto (Li et al., ICML 2021): the global model is FedAvg's whatever λ, the personal update
 is SGD on Fₖ(v) + (λ/2)‖v − wᵗ‖² anchored at the round-start global model, λ pulls the personal
-models towards the global one, unsampled clients keep theirs, evaluation is personal, and a
+models towards the global one, unsampled clients keep theirs, evaluation is personal (a client never
+sampled is scored at a model trained for FedAvg-FT's budget, never at the untrained w⁰), and a
 checkpointed run resumes exactly with its clients' state."""
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch.nn.functional as F
 
 from fairfl import ConfigError, ExperimentConfig, LocalTraining, PartitionSpec
 from fairfl.algorithms.ditto import Ditto
-from fairfl.algorithms.fedavg import FedAvg
+from fairfl.algorithms.fedavg import FedAvg, FedAvgFT
 from fairfl.client import flat_params, set_flat_params, train_instances
 from fairfl.history import load_checkpoint
 from fairfl.loop import simulate
@@ -95,6 +96,54 @@ def test_unsampled_clients_keep_their_personal_model(fmnist, tmp_path):
     run3, models3 = personal(cfg3, tmp_path / "three")
     untouched = set(first) - set(run3.history.sampled[2])
     assert untouched and all(torch.equal(models3[k], first[k]) for k in untouched)
+
+
+def test_a_client_never_sampled_is_scored_as_fedavg_ft_scores_it(fmnist, tmp_path):
+    """λ > 0: a client never sampled has no personal model yet; it is scored at the global model
+    fine-tuned for one epoch, exactly as FedAvg-FT scores every client (Ditto's global model is
+    FedAvg's bit for bit, the same fine-tuning stream): the two runs agree on that client, and
+    neither is the untrained w⁰'s score. Broken variant caught: scoring it at w⁰ (the official
+    code), which is what the sampled-client check below would then also show."""
+    cfg = SHARDS.replace(rounds=1, participation=0.34)                   # 2 of 6 clients in the one round
+    ditto = simulate(cfg.replace(algorithm=Ditto(lam=0.5)), progress=False)
+    ft = simulate(cfg.replace(algorithm=FedAvgFT()), progress=False)
+    never = sorted(set(range(6)) - {k for r in ditto.sampled for k in r})
+    assert len(never) == 4 and ditto.sampled == ft.sampled
+    for k in never:
+        assert ditto.test_acc[-1][k] == ft.test_acc[-1][k]
+        assert ditto.test_loss[-1][k] == pytest.approx(ft.test_loss[-1][k], rel=1e-6)
+    # the initial evaluation (round 0, nobody sampled yet) fine-tunes every client from w⁰ = the global model
+    assert ditto.test_acc[0] == ft.test_acc[0]
+    untrained = simulate(cfg.replace(algorithm=FedAvg(), rounds=1), progress=False).test_loss[0]   # w⁰'s losses
+    assert all(abs(ditto.test_loss[0][k] - untrained[k]) > 1e-3 for k in range(6))
+
+
+def test_local_only_trains_a_never_sampled_clients_own_initial_model(fmnist, tmp_path):
+    """λ = 0 (Local-only): a client never sampled is scored at its own w⁰ trained for one epoch on
+    its own data (the fine-tuning stream, no proximal term) — by hand — not at the global model."""
+    from dataclasses import replace
+
+    from fairfl.client import evaluate_model
+    from fairfl.loop import federated_data
+    from fairfl.seeding import FINETUNE
+    cfg = SHARDS.replace(rounds=1, participation=0.34, algorithm=Ditto(lam=0.0))
+    run, _ = personal(cfg, tmp_path)
+    h = run.history
+    never = sorted(set(range(6)) - {k for r in h.sampled for k in r})
+    assert never
+    fed = federated_data(cfg)
+    model = build_model("mlp2", (1, 28, 28), 3, seed=0)
+    w0 = flat_params(model)
+    local = replace(cfg.local, epochs=1, prox_mu=0.0)
+    for k in never:
+        c = fed.clients[k]
+        v = train_instances(model, w0.unsqueeze(0), [c.x_train], [c.y_train], [Stream(cfg.seed, 0, k, FINETUNE)],
+                            local).params[0]
+        assert not torch.equal(v, w0) and not torch.equal(v, run.params)
+        set_flat_params(model, v)
+        ev = evaluate_model(model, [c])
+        assert h.test_acc[-1][k] == pytest.approx(float(ev.test_acc[0]), abs=1e-9)
+        assert h.test_loss[-1][k] == pytest.approx(float(ev.test_loss[0]), rel=1e-5)
 
 
 def test_evaluation_is_personal(fmnist):

@@ -173,7 +173,7 @@ def test_06_readme_snippet_recreates_the_tables_from_the_smoke_csvs(smoke06, tmp
     exec(block.replace('federation, track = "Adult", "global"', mine), scope)
     assert scope["federation"] == "FMNIST, Dirichlet"
     summary = protocol.read_table(tmp_path / "figures" / "06_one_protocol.csv")
-    assert summary.attrs["protocol"] == "6.2" and set(summary.scored) >= {"global", "personal", "averaged iterate"}
+    assert summary.attrs["protocol"] == "6.3" and set(summary.scored) >= {"global", "personal", "averaged iterate"}
     one = summary[(summary.federation == "FMNIST, Dirichlet") & (summary.track == "personal")]
     expected = protocol.wide(one)[list(protocol.REPORTED)]
     assert list(expected.index) == ["FedAvg-FT", "Local-only", "Ditto"]
@@ -195,10 +195,10 @@ def test_06_results_command_reads_its_csvs_and_its_claims_record_verdicts(smoke0
     r = subprocess.run([sys.executable, "-m", "fairfl", "results", str(summary), "--where", "federation=FMNIST, Dirichlet",
                         "metric=mean"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "table=summary schema=2 protocol=6.2" in r.stdout and "FedAvg-FT" in r.stdout and "Shakespeare" not in r.stdout
+    assert "table=summary schema=3 protocol=6.3" in r.stdout and "FedAvg-FT" in r.stdout and "Shakespeare" not in r.stdout
     r = subprocess.run([sys.executable, "-m", "fairfl", "results", str(smoke06["figures"] / "06_one_protocol_runs.csv.gz"),
                         "--format", "csv", "--where", "split=val", "seed=100"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and r.stdout.startswith("# fairfl table=runs schema=1 protocol=6.2"), r.stderr
+    assert r.returncode == 0 and r.stdout.startswith("# fairfl table=runs schema=2 protocol=6.3"), r.stderr
     # the claims: every claim on every federation, Shakespeare (a constant predictor at smoke size) not judged
     verdicts = json.loads((smoke06["out"] / "smoke" / "06_one_protocol.claims.json").read_text())["verdicts"]
     assert len(verdicts) == 4 * 3 and {v["status"] for v in verdicts} == {"not checked"}

@@ -151,6 +151,34 @@ def test_federate_one_class_uses_the_test_file(fmnist):
 
 # ----------------------------------------------------------------------------- split_client
 
+@pytest.mark.parametrize("scheme", ["shards", "dirichlet"])
+def test_test_rows_from_the_test_file_keep_train_and_validation_and_each_labels_count(fmnist, scheme):
+    """test_source='file': each client's train and validation rows are the split's, byte for byte; its
+    test rows are rows of the standard test file, with its split's test label counts. No partition of
+    the training file, whatever its seed, shares a row with any client's test set (notebook 06's
+    tuning seed trained on what a reporting seed tested on; the cache key names the option only
+    where it is set, so every earlier key is unchanged)."""
+    from fairfl.config import ExperimentConfig
+    kw = dict(num_clients=20, shards_per_client=2) if scheme == "shards" else dict(
+        num_clients=20, beta=0.5, split=(0.6, 0.2, 0.2), min_size=250)
+    split = federate(fmnist, PartitionSpec(scheme, seed=1, **kw))
+    spec = PartitionSpec(scheme, seed=1, test_source="file", **kw)
+    filed = federate(fmnist, spec)
+    test_bytes = {bytes(r) for r in fmnist.x_test.numpy().reshape(len(fmnist.x_test), -1)}
+    for a, b in zip(split.clients, filed.clients):
+        for part in ("x_train", "y_train", "x_val", "y_val"):
+            assert torch.equal(getattr(a, part), getattr(b, part))
+        assert np.bincount(a.y_test.numpy(), minlength=10).tolist() == np.bincount(b.y_test.numpy(), minlength=10).tolist()
+        rows = b.x_test.numpy().reshape(len(b.x_test), -1)
+        assert all(bytes(r) in test_bytes for r in rows[:25])
+    other = federate(fmnist, PartitionSpec(scheme, seed=2, test_source="file", **kw))
+    assert any(not torch.equal(a.x_test, b.x_test) for a, b in zip(filed.clients, other.clients))
+    assert "test_source" not in ExperimentConfig(partition=PartitionSpec(scheme, seed=1, **kw)).to_dict()["partition"]
+    assert ExperimentConfig(partition=spec).to_dict()["partition"]["test_source"] == "file"
+    with pytest.raises(ConfigError, match="already test on the standard test file"):
+        PartitionSpec("one_class", num_clients=3, classes=(0, 1, 2), split=None, test_source="file")
+
+
 def test_split_client_80_10_10_of_600():
     idx = np.arange(1000, 1600)
     tr, va, te = split_client(idx, (0.8, 0.1, 0.1), rng(0))

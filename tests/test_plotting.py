@@ -658,32 +658,71 @@ def test_forest_plot_stays_in_range_shows_the_seeds_and_marks_only_resolved_diff
     assert shown == [m for m in BENCH_METHODS if m in set(sub.method) and m != "FedAvg"]
 
 
+def test_one_extreme_seed_does_not_set_the_forest_axis_and_is_marked_at_its_edge(style):
+    """One method with one seed 40 points away: the axis stays on the central seeds (most methods
+    readable), that seed is drawn at the edge as a caret in its method's colour."""
+    from matplotlib.colors import to_hex
+
+    from fairfl import protocol
+    scores = _bench_scores()
+    fed = BENCH_FEDS[1]
+    wild = (scores.federation == fed) & (scores.method == "FedMGDA") & (scores.seed == 0)
+    scores.loc[wild, "mean"] -= 40
+    table = protocol.summary(scores, REFS)
+    sub = table[(table.federation == fed) & (table.track == "global")]
+    styles = plotting.method_styles(BENCH_METHODS, labelled=True, markers=plotting.NON_VERDICT_MARKERS)
+    g = scores[scores.federation == fed].set_index("seed")
+    seeds = {m: {k: (g[g.method == m][k] - g[g.method == "FedAvg"][k]).dropna().tolist() for k in ("mean", "std", "worst10")}
+             for m in BENCH_METHODS}
+    axes = plotting.forest_plot(sub, seeds, "FedAvg", BENCH_METHODS, styles)
+    lo, hi = axes[0].get_xlim()
+    assert lo > min(seeds["FedMGDA"]["mean"]) + 20 and hi - lo < 30
+    edge = [line for line in axes[0].get_lines() if line.get_marker() == "<"]
+    assert len(edge) == 1 and to_hex(edge[0].get_color()) == to_hex(styles["FedMGDA"]["color"])
+    assert edge[0].get_xdata()[0] == lo
+    fig = axes[0].figure
+    assert not overlapping(fig) and not cut_off(fig)
+
+
 def _bench_tradeoff():
     import pandas as pd
-    styles = plotting.method_styles(BENCH_METHODS, labelled=True)
-    rows = [dict(method=m, order=o, mean=60 + 3 * o, std=15.0 - o, chosen={"mean"} if o == 3 else
-                 ({"worst10", "mean-std"} if o == 1 else set())) for m in BENCH_METHODS for o in range(4)]
-    return plotting.tradeoff_paths(pd.DataFrame(rows), BENCH_METHODS, styles, title="FMNIST, 100 shards"), styles
+    styles = plotting.method_styles(BENCH_METHODS, labelled=True, markers=plotting.NON_VERDICT_MARKERS)
+    # the design's order (o) zig-zags along the knob; the path follows the knob (along); one diverged point
+    order = [2, 0, 3, 1]
+    rows = [dict(method=m, order=o, along=float(order[o]), tag=f"{order[o]}·1", mean=60 + 3 * order[o],
+                 std=15.0 - order[o], diverged=False, chosen={"mean"} if order[o] == 3 else
+                 ({"worst10", "mean-std"} if order[o] == 1 else set())) for m in BENCH_METHODS for o in range(4)]
+    rows.append(dict(method=BENCH_METHODS[0], order=4, along=9.0, tag="9·1", mean=np.nan, std=np.nan, diverged=True,
+                     chosen=set()))
+    return plotting.tradeoff_paths(pd.DataFrame(rows), BENCH_METHODS, styles, title="FMNIST, 100 shards",
+                                   knobs={m: "q · lr×" for m in BENCH_METHODS}), styles
 
 
-def test_tradeoff_paths_keep_each_methods_style_and_mark_each_criterion(style):
+def test_tradeoff_paths_follow_a_knob_label_each_point_and_show_what_diverged(style):
+    """Each method's path joins its configurations along the knob (not in the design's order), each
+    point labelled with its configuration, each criterion's choice ringed; a diverged configuration
+    is named (×) under the panel's title; the method markers are not the verdict glyphs ▲ / ▼."""
     fig, styles = _bench_tradeoff()
     panels = [ax for ax in fig.axes if ax.axison]
-    assert [ax.get_title().replace("\n", " ") for ax in panels] == BENCH_METHODS
+    assert [ax.get_title().split("\n(")[0].replace("\n", " ") for ax in panels] == BENCH_METHODS
+    assert "× 9·1 diverged" in panels[0].get_title() and "diverged" not in panels[1].get_title()
     for ax, m in zip(panels, BENCH_METHODS):
         from matplotlib.colors import to_hex
         path = ax.get_lines()[0]
         assert (to_hex(path.get_color()), path.get_marker()) == (to_hex(styles[m]["color"]), styles[m]["marker"])
+        assert list(path.get_xdata()) == [60.0, 63.0, 66.0, 69.0]                     # ordered along the knob
         ringed = {line.get_marker(): list(line.get_xdata()) for line in ax.get_lines()[1:]}
         assert ringed == {"o": [69.0], "^": [63.0], "s": [63.0]}
+        assert sorted(t.get_text() for t in ax.texts) == ["0·1", "1·1", "2·1", "3·1"]
     assert 0 <= panels[0].get_xlim()[0] and panels[0].get_xlim()[1] <= 100
     assert 0 <= panels[0].get_ylim()[0] and panels[0].get_ylim()[1] <= 50
     assert not over_other_panels(fig), over_other_panels(fig)      # "DQN-Fed (Thm 4.2 safeguard)" reached its neighbour
     assert not overlapping(fig), overlapping(fig)
     assert not cut_off(fig), cut_off(fig)
     assert not _texts_at_least(fig, plotting.MIN_TEXT_PT)
-    # twenty methods, twenty different (colour, marker) pairs
+    # twenty methods, twenty different (colour, marker) pairs, none a triangle
     assert len({(to_hex(s["color"]), s["marker"]) for s in styles.values()}) == len(BENCH_METHODS)
+    assert not {s["marker"] for s in styles.values()} & {"^", "v", "<", ">"}
 
 
 def _bench_heatmap():

@@ -1,9 +1,12 @@
 """The one-protocol machinery (``fairfl.protocol``) on hand-made numbers: the choice reads the
 validation splits only; the sign-flip p-values and intervals are the exact ones, stay inside the
 metric's range and agree with each other; degenerate seeds (all equal, one, NaN) give what they
-should; Holm, Benjamini–Hochberg and the detectable difference on textbook numbers; three-valued
-verdicts (non-inferiority tested as such); equal tuning budgets and the grid-edge rule; the
-constant-predictor check; the CSV files."""
+should; Holm, Shaffer's refinement (against closed testing by brute force) and Benjamini–Hochberg
+on textbook numbers; the exact test's power and detectable difference against a brute-force
+enumeration of its sign patterns; how many seeds must agree; three-valued verdicts (non-inferiority
+tested as such, "supported, below the margin", a method that did not learn kept out); tuning
+designs whose knobs never move together, one shared design, their coverage and the per-knob edge
+rule; the constant-predictor check; the CSV files, diverged runs in them, identical methods."""
 from __future__ import annotations
 
 import itertools
@@ -17,8 +20,8 @@ from fairfl import metrics, protocol
 from fairfl.errors import ConfigError
 from fairfl.history import History
 from fairfl.protocol import (Axis, Claim, Comparison, ValidationView, bounds, benjamini_hochberg, client_rows,
-                             constant_accuracy, detectable_difference, extension, holm, judge, latin_design,
-                             local_steps, location, p_greater, p_less, paired, pareto_front, read_table, select,
+                             constant_accuracy, detectable_difference, edge_extensions, holm, judge, local_steps,
+                             location, method_design, p_greater, p_less, paired, pareto_front, read_table, select,
                              speaks, summary, validation_score, wide, write_table)
 
 
@@ -145,6 +148,50 @@ def test_holm_on_hand_made_p_values_and_its_levels_agree_with_the_adjusted_p():
     assert np.isnan(holm([np.nan])[0]).all()
 
 
+def _closed_testing(p, keys, alpha):
+    """Closed testing with Bonferroni's local tests, by brute force: H_i is rejected when every
+    intersection I ∋ i of nulls that can hold together (at most one per key) has min_I p ≤ α/|I|."""
+    m = len(p)
+    out = []
+    for i in range(m):
+        ok = True
+        for size in range(1, m + 1):
+            for subset in itertools.combinations(range(m), size):
+                ks = [keys[j] for j in subset if keys[j] is not None]
+                if i not in subset or len(ks) != len(set(ks)):
+                    continue
+                if min(p[j] for j in subset) > alpha / size:
+                    ok = False
+        out.append(ok)
+    return np.array(out)
+
+
+def test_shaffer_counts_a_part_once_where_its_two_nulls_cannot_both_be_true():
+    """Two superiority parts (keys "a", "b": gain ≤ 0 and gain ≥ margin cannot both hold) and one
+    test on its own: the first divisor is 3, not Holm's 5; a part counts until both its tests are
+    rejected. Its rejections are closed testing's (Bonferroni) on random families, and never fewer
+    than Holm's. Broken variants caught: counting a part once after one of its tests is rejected
+    (too many rejections: more than closed testing), counting every test (Holm's)."""
+    keys = ["a", "a", "b", "b", None]
+    assert protocol.possibly_true(keys).tolist() == [3, 3, 2, 2, 1]
+    assert protocol.possibly_true(["a", "b", "a", None, "b"]).tolist() == [3, 3, 3, 2, 1]
+    p = [0.012, 0.9, 0.015, 0.8, 0.02]
+    adj, level = holm(p, 0.05, exclusive=keys)
+    # sorted: 0.012 (÷3 steps: 3·0.012 = 0.036), 0.015 (3·0.015 = 0.045), 0.02 (tests left: a, b, None → 3: 0.06)
+    np.testing.assert_allclose(adj[[0, 2, 4]], [0.036, 0.045, 0.06])
+    np.testing.assert_allclose(level[[0, 2, 4]], [0.05 / 3, 0.05 / 3, 0.05 / 3])
+    holm_adj, _ = holm(p, 0.05)
+    assert (holm_adj[[0, 2]] > 0.05).all() and (adj[[0, 2]] <= 0.05).all()     # Holm: 0.06, 0.06
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        parts = int(rng.integers(1, 4))
+        keys = [k for j in range(parts) for k in (j, j)] + [None] * int(rng.integers(0, 3))
+        p = np.round(rng.uniform(0, 0.06, len(keys)) ** rng.uniform(1, 3), 4).tolist()
+        rejected = holm(p, 0.05, exclusive=keys)[0] <= 0.05
+        assert not (rejected & ~_closed_testing(p, keys, 0.05)).any(), (p, keys)
+        assert (rejected | ~(holm(p, 0.05)[0] <= 0.05)).all(), (p, keys)
+
+
 def test_benjamini_hochberg_on_hand_made_p_values():
     q = benjamini_hochberg([0.01, 0.04, 0.03, 0.005, np.nan])
     # m = 4: 0.005·4/1 = 0.02, 0.01·4/2 = 0.02, 0.03·4/3 = 0.04, 0.04·4/4 = 0.04
@@ -152,13 +199,52 @@ def test_benjamini_hochberg_on_hand_made_p_values():
     assert (benjamini_hochberg([0.2, 0.5]) >= [0.2, 0.5]).all()
 
 
-def test_the_detectable_difference_of_a_design():
+def _brute_power(effect, n, a, draws, seed):
+    """The exact test's power by its definition: normal draws from a generator of its own, each
+    draw's p-value by enumerating every sign pattern (``_brute_p_greater``), rejected where p ≤ a."""
+    rng = np.random.default_rng(seed)
+    return float(np.mean([_brute_p_greater(effect + rng.standard_normal(n), 0.0) <= a + 1e-12
+                          for _ in range(draws)]))
+
+
+def test_the_power_of_the_exact_test_against_its_sign_patterns():
+    """Unanimity (r = 0) is exact: Φ(δ/σ)ⁿ, and ten seeds at Holm's α/48 need 2.01 σ for 80 %
+    (the t-test formula said 1.63 σ, where this test's power is 59 %). r ≥ 1 is simulated; its power
+    at the detectable difference is 80 % by an independent brute-force computation (Monte Carlo
+    error of the brute force: ±0.03 at 1,000 draws)."""
     from scipy import stats
+    c10 = protocol.power_constant(10, 0.05 / 48)
+    assert c10.value == pytest.approx(stats.norm.ppf(0.8 ** 0.1)) == pytest.approx(2.0128, abs=1e-4)
+    assert protocol.power_at(1.63, 10, 0.05 / 48) == pytest.approx(0.59, abs=0.01)
+    assert _brute_power(1.0, 4, 1 / 16, 2000, 5) == pytest.approx(stats.norm.cdf(1.0) ** 4, abs=0.03)
+    for n, a in ((5, 2 / 32), (6, 5 / 64), (7, 0.05)):            # r = 1, 4, 5
+        assert protocol.rejections_allowed(n, a) >= 1
+        c = protocol.power_constant(n, a)
+        assert c.low <= c.value <= c.high and c.high - c.low < 0.05 * c.value and "simulated" in c.method
+        assert _brute_power(c.value, n, a, 1000, 11) == pytest.approx(0.8, abs=0.04), (n, a)
+        assert _brute_power(0.5 * c.value, n, a, 1000, 12) < 0.7
+        assert protocol.power_at(c.value, n, a) == pytest.approx(0.8, abs=0.01)
     d = [1.0, 3.0, 2.0, 4.0, 0.0, 2.0, 3.0, 1.0, 2.0, 2.0]
-    expected = (stats.t.ppf(1 - 0.001, 9) + stats.t.ppf(0.8, 9)) * np.std(d, ddof=1) / np.sqrt(10)
-    assert detectable_difference(d, 0.001) == pytest.approx(expected)
+    assert detectable_difference(d, 0.001) == pytest.approx(np.std(d, ddof=1) * c10.value)
     assert detectable_difference([2.0] * 10, 0.001) == 0.0
     assert detectable_difference(d[:5], 0.001) == math.inf          # 2⁻⁵ > 0.001: nothing is detectable
+    assert protocol.power_constant(5, 0.01).value == math.inf
+
+
+def test_how_many_seeds_must_agree():
+    """The best case for k dissenters is p = 2ᵏ/2ⁿ (they are the smallest in magnitude), so a
+    rejection at level a needs ⌈log₂(1/a)⌉ agreeing seeds whatever n: 10 at α/28 (10 of 10, 10 of
+    12, 10 of 16), 9 at α/24 (2⁻⁹ ≤ 0.05/24)."""
+    for n, k in ((10, 0), (12, 2), (16, 6)):
+        d = [5.0 + i for i in range(n - k)] + [-0.01 * (j + 1) / k for j in range(k)]
+        assert p_greater(d, 0.0) == pytest.approx(protocol.best_case_p(n, k)) == pytest.approx(2.0 ** (k - n))
+        assert protocol.fewest_agreeing(n, 0.05 / 28) == 10
+    assert protocol.fewest_agreeing(12, 0.05 / 24) == 9 and protocol.fewest_agreeing(8, 0.05 / 28) is None
+    # a dissenter larger than an agreeing seed costs more than 2ᵏ/2ⁿ
+    assert p_greater([5.0] * 11 + [-6.0], 0.0) > protocol.best_case_p(12, 1)
+    t = protocol.agreement_table({"cheap": 16, "dear": 10}, 0.05 / 28).set_index("federation")
+    assert t.loc["dear", "agree"] == 10 and t.loc["dear", "interval"] == "the seeds' [min, max]"
+    assert t.loc["cheap", "agree"] == 10 and "117th smallest" in t.loc["cheap", "interval"]
 
 
 # ----------------------------------------------------------------------------- tables and verdicts
@@ -210,16 +296,18 @@ def test_sigma_is_better_lower_and_parts_combine():
     frame = pd.concat([scores_of({"Ref": BASE, "Fair": [b + 0.2 for b in BASE]}),
                        scores_of({"Ref": sigma_ref, "Fair": [s - 4 for s in sigma_ref]}, metric="std")])
     frame = frame.groupby(["federation", "track", "criterion", "method", "seed"], as_index=False).agg(
-        {"mean": "min", "std": "min", "worst10": "first", "best10": "first"})
+        {"mean": "max", "std": "min", "worst10": "first", "best10": "first"})
     lower = Claim("σ", (Comparison("Fair", "Ref", "std"),))
     both = Claim("σ and mean", (Comparison("Fair", "Ref", "std"), Comparison("Fair", "Ref", "mean")))
     v = judge([lower, both], frame, ["F"])
     assert (v[v.claim == "σ"].verdict == "supported").all()
     assert v[v.claim == "σ"].difference.iloc[0] == pytest.approx(-4.0)        # printed as the method − the other
-    # +0.2 on the mean is real but below the 1-point margin: that part is contradicted, and so is the claim
+    # +0.2 on the mean is real but below the 1-point margin: both of its tests reject, and the part and the
+    # claim say so (protocol 6.2 called it "contradicted": "supported" above 0 and "contradicted" below 1 both held)
     parts = v[v.claim == "σ and mean"].set_index("metric")
-    assert parts.loc["std", "verdict"] == "supported" and parts.loc["mean", "verdict"] == "contradicted"
-    assert set(parts.claim_verdict) == {"contradicted"}
+    assert parts.loc["std", "verdict"] == "supported" and parts.loc["mean", "verdict"] == "supported, below the margin"
+    assert set(parts.claim_verdict) == {"supported, below the margin"}
+    assert parts.loc["mean", "exclusive"] and parts.loc["mean", "agree"] == 10
 
 
 def test_holm_makes_a_family_more_demanding_and_mute_federations_are_not_judged():
@@ -241,6 +329,38 @@ def test_holm_makes_a_family_more_demanding_and_mute_federations_are_not_judged(
         Comparison("A", "B", "median")
 
 
+def test_shaffer_resolves_nine_of_ten_where_holm_over_the_same_family_cannot():
+    """Nine of ten seeds ahead by 2 points, one behind by 0.5: p = 2/1024 = 0.00195. On 25 federations
+    one superiority part each makes 50 tests: Holm's first step is α/50 = 0.001, so nothing; Shaffer
+    counts each part once (its nulls gain ≤ 0 and gain ≥ 1 cannot both hold): α/25 = 0.002, and
+    every part is supported (its contradicted null stays in, so the divisor stays 25)."""
+    nine = [b + (2.0 if i else -0.5) for i, b in enumerate(BASE)]
+    one = Claim("nine", (Comparison("Nine", "Ref", "mean"),))
+    feds = [f"F{i}" for i in range(25)]
+    frame = pd.concat([scores_of({"Ref": BASE, "Nine": nine}, federation=f) for f in feds])
+    shaffer = judge([one], frame, feds)
+    holm_only = judge([one], frame, feds, shaffer=False)
+    assert set(shaffer.verdict) == {"supported"} and set(holm_only.verdict) == {"inconclusive"}
+    assert shaffer.strictest_level.iloc[0] == pytest.approx(0.05 / 25)
+    assert holm_only.strictest_level.iloc[0] == pytest.approx(0.05 / 50)
+    assert (shaffer.agree == 9).all() and shaffer.p_supported.iloc[0] == pytest.approx(2 / 1024)
+    # a non-inferiority part's two nulls meet at −margin: it counts twice
+    ni = Claim("ni", (Comparison("Nine", "Ref", "mean", "non-inferiority"),))
+    assert not ni.parts[0].exclusive and one.parts[0].exclusive
+    assert judge([ni], frame, feds[:2]).strictest_level.iloc[0] == pytest.approx(0.05 / 4)
+
+
+def test_a_method_that_did_not_learn_is_kept_out_of_a_claims_verdict():
+    frame = scores_of({"Ref": BASE, "Gain": [b + 3 for b in BASE]})
+    claim = Claim("gain", (Comparison("Gain", "Ref", "mean"),))
+    v = judge([claim], frame, ["F"], learned={("F", "Gain"): False})
+    assert v.verdict.iloc[0] == "not judged" and "Gain did not learn" in v.reason.iloc[0]
+    assert judge([claim], frame, ["F"], learned={("F", "Other"): False}).verdict.iloc[0] == "supported"
+    t = summary(frame, {"global": "Ref"}, learned={("F", "Gain"): False})
+    assert not t[t.method == "Gain"].learned.any() and wide(t[t.metric == "mean"]).loc["Gain", "learned"] == \
+        "did not learn"
+
+
 def test_the_exploratory_table_marks_by_false_discovery_rate_and_counts_divergences():
     frame = scores_of({"Ref": BASE, "Gain": [b + 3 for b in BASE], "Tie": [b + (1 if i % 2 else -1) for i, b in enumerate(BASE)],
                        "Lost": [np.nan] * 3 + [b + 3 for b in BASE[3:]]})
@@ -258,39 +378,100 @@ def test_the_exploratory_table_marks_by_false_discovery_rate_and_counts_divergen
         summary(frame, {"personal": "Ref"})
 
 
-# ----------------------------------------------------------------------------- grids, budgets, edges
+# ----------------------------------------------------------------------------- designs, budgets, edges
 
-AXES = [Axis("q", (0.1, 1.0, 5.0), below=0.01, above=10.0), Axis("server_lr", (0.5, 1.0, 2.0), 0.25, 4.0),
-        Axis("local.lr", (0.05, 0.1, 0.2), 0.025, 0.4)]
+SERVER = Axis("server_lr", (0.5, 1.0, 2.0), 0.25, 4.0)
+LOCAL = Axis("lr×", (0.5, 1.0, 2.0), 0.25, 4.0)
 
 
-def test_every_method_gets_the_same_number_of_configurations_each_value_tried():
-    for k in (3, 5):
-        design = latin_design(AXES, k, seed=7)
-        assert len(design) == k and len({tuple(p.items()) for p in design}) == k
-        for a in AXES:
-            counts = [sum(p[a.name] == v for p in design) for v in a.values]
-            assert max(counts) - min(counts) <= 1 and min(counts) >= k // 3      # every value, as evenly as possible
-    assert latin_design(AXES, 3, seed=7) == latin_design(AXES, 3, seed=7)       # declared: one seed, one design
-    assert latin_design(AXES[:1], 5, seed=0) == [{"q": 0.1}, {"q": 1.0}, {"q": 5.0}]   # a smaller grid: all of it
-    assert latin_design([], 3, seed=0) == [{}]
-    # a configuration the method refuses is replaced by an allowed one: the budget stays k
-    drawn = latin_design(AXES, 3, seed=7)
-    refused = drawn[1]
-    design = latin_design(AXES, 3, seed=7, allowed=lambda p: p != refused)
-    assert len(design) == 3 and refused not in design and design[0] == drawn[0] and design[1] == drawn[2]
-    assert latin_design(AXES[:1], 3, seed=0, allowed=lambda p: p["q"] < 5) == [{"q": 0.1}, {"q": 1.0}]
+def _knobs(k):
+    """Notebook 06's methods as knob shapes (its quick grid, K = 3, or paper grid, K = 5): the shared
+    knobs η and lr× with up to one own knob (FedHEAL's β declared, not tuned), own knob + lr×, own
+    knob + η, lr× alone."""
+    grid = lambda name: Axis(name, tuple(float(10 ** (i - k // 2)) for i in range(k)))
+    server = Axis("server_lr", tuple(0.25 * 2 ** i for i in range(k)))
+    local = Axis("lr×", tuple(0.25 * 2 ** i for i in range(k)))
+    return {"FedAvg": [server, local], "FedProx": [grid("mu"), server, local], "FedMGDA+": [grid("eps"), server, local],
+            "FedHEAL": [grid("tau"), server, local], "Ditto": [grid("lam"), server, local],
+            "q-FedAvg": [grid("q"), local], "TERM": [grid("t"), local], "FedNL": [grid("mu"), server],
+            "DQN-Fed": [local], "Local-only": [local]}
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_no_design_moves_two_knobs_together_and_the_shared_knobs_have_one_design(k):
+    """Every method's K configurations: every value of every knob once (Latin), no two knobs with
+    |Spearman ρ| = 1 (protocol 6.2's seed 606 gave every two-knob method the diagonal at K = 3), the
+    largest |ρ| the best possible (0.5 at K = 3), and the same (η, lr×) points for every method that
+    has them — a method with only one of them takes that column. Broken variants caught: one
+    generator seeded alike for every axis (the diagonal), a design drawn per method (shared knobs
+    differ)."""
+    designs = {m: method_design(axes, k) for m, axes in _knobs(k).items()}
+    protocol.check_designs(designs)
+    shared = protocol.shared_design(k)
+    for m, d in designs.items():
+        assert len(d.points) == k and d.refused == 0, m
+        for a in d.axes:
+            assert sorted(p[a.name] for p in d.points) == list(a.values), (m, a.name)      # every value once
+        for a, b in itertools.combinations(d.axes, 2):
+            assert abs(protocol.spearman(d.columns[a.name], d.columns[b.name])) < 1, (m, a.name, b.name)
+        for name, column in zip(protocol.SHARED, shared):
+            if name in d.columns:
+                assert d.columns[name] == column, (m, name)
+        assert d.largest_rho <= (0.5 if k == 3 else 0.3) + 1e-9, (m, d.largest_rho)
+    pairs = {(p["server_lr"], p["lr×"]) for p in designs["FedAvg"].points}
+    assert all({(p["server_lr"], p["lr×"]) for p in designs[m].points} == pairs
+               for m in ("FedProx", "FedMGDA+", "FedHEAL", "Ditto"))
+    assert [p["lr×"] for p in designs["q-FedAvg"].points] == [p["lr×"] for p in designs["FedAvg"].points]
+    cov = protocol.coverage(designs["FedProx"])
+    assert cov["mu"] == f"{k}/{k}" and cov["server_lr × lr×"] == f"{k}/{k * k}" and cov["mu × lr×"] == f"{k}/{k * k}"
+
+
+def test_a_confounded_design_is_refused_and_the_choice_is_declared_not_drawn():
+    """Four knobs at K = 3 cannot avoid |ρ| = 1 (only (0 1 2) and its reorderings exist): the design
+    says so and :func:`check_designs` refuses it, naming the knobs; a method whose shared column
+    differs from the others' is refused too. The criterion's ties go to the lexicographic first:
+    the same design every time, no seed."""
+    four = [Axis("tau", (0.1, 0.3, 0.5)), Axis("beta", (0.2, 0.4, 0.6)), SERVER, LOCAL]
+    d = method_design(four, 3)
+    assert d.largest_rho == 1.0
+    with pytest.raises(ConfigError, match="FedHEAL: its design moves .* together"):
+        protocol.check_designs({"FedHEAL": d})
+    other = method_design([SERVER, LOCAL], 3, shared={"server_lr": (0, 1, 2), "lr×": (1, 2, 0)})
+    with pytest.raises(ConfigError, match="one design"):
+        protocol.check_designs({"FedAvg": method_design([SERVER, LOCAL], 3), "Other": other})
+    assert protocol.shared_design(3) == ((0, 1, 2), (0, 2, 1))
+    assert method_design([SERVER, LOCAL], 3).points == ({"server_lr": 0.5, "lr×": 0.5}, {"server_lr": 1.0, "lr×": 2.0},
+                                                        {"server_lr": 2.0, "lr×": 1.0})
+    assert method_design([], 3).points == ({},) and len(method_design([LOCAL], 1).points) == 1
+
+
+def test_a_refused_configuration_changes_the_methods_own_column_not_the_shared_design():
+    """Ditto refuses η·λ ≥ 2 on a federation: its own column (λ) is the best one whose every
+    configuration passes, the shared (η, lr×) points are kept; where no own column passes, the
+    refused configurations are dropped and counted (the budget is then below K, said)."""
+    lam = Axis("lam", (0.1, 0.5, 2.0))
+    plain = method_design([lam, SERVER, LOCAL], 3)
+    refuse = lambda p: not (p["lam"] == 2.0 and p["lr×"] == 2.0)
+    d = method_design([lam, SERVER, LOCAL], 3, allowed=refuse)
+    assert all(refuse(p) for p in d.points) and len(d.points) == 3 and d.refused == 0
+    assert d.columns["server_lr"] == plain.columns["server_lr"] and d.columns["lr×"] == plain.columns["lr×"]
+    assert d.largest_rho <= 0.5 + 1e-9
+    never = method_design([lam, SERVER, LOCAL], 3, allowed=lambda p: p["lr×"] != 2.0)
+    assert never.refused == 1 and len(never.points) == 2
+
+
+def test_a_winning_edge_is_extended_knob_by_knob():
+    """Each knob on an edge alone, one declared step outward, the others kept (protocol 6.2 moved
+    them all together); none inside the grid or at a knob's own bound."""
+    axes = [Axis("q", (0.1, 1.0, 5.0), below=0.01, above=10.0), SERVER, LOCAL]
+    assert edge_extensions(axes, {"q": 5.0, "server_lr": 1.0, "lr×": 0.5}) == [
+        {"q": 10.0, "server_lr": 1.0, "lr×": 0.5}, {"q": 5.0, "server_lr": 1.0, "lr×": 0.25}]
+    assert edge_extensions(axes, {"q": 1.0, "server_lr": 1.0, "lr×": 1.0}) == []
+    bounded = [Axis("alpha", (0.1, 1 / 3, 2 / 3), below=0.0, above=None)]
+    assert edge_extensions(bounded, {"alpha": 2 / 3}) == []                              # α's own bound
+    assert protocol.point_label({"q": 10.0, "server_lr": 1.0}, {"server_lr": "η"}) == "q=10, η=1"
     with pytest.raises(ConfigError, match="distinct and increasing"):
         Axis("q", (1.0, 0.1))
-
-
-def test_a_winning_edge_is_extended_once_by_the_declared_step():
-    assert extension(AXES, {"q": 5.0, "server_lr": 1.0, "local.lr": 0.05}) == {"q": 10.0, "server_lr": 1.0,
-                                                                                 "local.lr": 0.025}
-    assert extension(AXES, {"q": 1.0, "server_lr": 1.0, "local.lr": 0.1}) is None      # inside the grid
-    bounded = [Axis("alpha", (0.1, 1 / 3, 2 / 3), below=0.0, above=None)]
-    assert extension(bounded, {"alpha": 2 / 3}) is None                               # α's own bound
-    assert protocol.point_label({"q": 10.0, "server_lr": 1.0}, {"server_lr": "η"}) == "q=10, η=1"
 
 
 # ----------------------------------------------------------------------------- federations that can speak
@@ -326,6 +507,9 @@ def test_tables_carry_their_schema_and_protocol(tmp_path):
     (tmp_path / "new.csv").write_text("# fairfl table=summary schema=99 protocol=7\na\n1\n")
     with pytest.raises(ConfigError, match="schema 99"):
         read_table(tmp_path / "new.csv")
+    assert read_table(tmp_path / "new.csv", schema=99).attrs["schema"] == 99       # an earlier version, asked for
+    with pytest.raises(ConfigError, match="asked for schema 1"):
+        read_table(tmp_path / "t.csv", schema=1)
     with pytest.raises(ConfigError, match="unknown table kind"):
         write_table(frame, tmp_path / "x.csv", "other", "1")
 
@@ -340,6 +524,37 @@ def test_client_rows_and_local_steps():
     assert local_steps([[0, 1], [1]], [95, 10], epochs=1, batch_size=None) == 3
     assert local_steps([[0, 1]], [95, 10], epochs=1, batch_size=10, steps=5) == 10
     assert protocol.reported(None)["mean"] != protocol.reported(None)["mean"]        # NaN for a diverged run
+
+
+def test_diverged_runs_keep_their_rows_and_the_numbers_come_back_from_the_rows():
+    """A diverged run is in the long file (NaN, ``diverged`` True), and every reported number of a
+    run is recomputed from its clients' rows (what a reader of the file, and the next protocol's
+    pilot, does); a client never sampled is counted."""
+    h = run([0.5, 0.75, 1.0], test=[0.25, 1.0, 0.5])
+    h.sampled = [[0, 2], [2]]
+    assert protocol.never_sampled(h, 3) == 1 and protocol.never_sampled(h, 5) == 3
+    gone = client_rows(None, clients=3)
+    assert len(gone) == 6 and gone.diverged.all() and gone.accuracy.isna().all()
+    assert not client_rows(h).diverged.any()
+    with pytest.raises(ConfigError, match="number of clients"):
+        client_rows(None)
+    rows = pd.concat([client_rows(h).assign(federation="F", method="A", scored="global", phase="reporting",
+                                            point="p", seed=0),
+                      gone.assign(federation="F", method="A", scored="global", phase="reporting", point="p", seed=1)])
+    back = protocol.run_scores(rows).set_index("seed")
+    expected = protocol.reported(h)
+    for name in protocol.REPORTED:
+        assert back.loc[0, name] == pytest.approx(expected[name]) and np.isnan(back.loc[1, name])
+    assert protocol.metric_label("worst10", 3) == "worst client" and protocol.metric_label("worst10", 50) == "worst 10 %"
+    assert protocol.metric_label("worst10", 19) == "worst client" and protocol.metric_label("best10", 20) == "best 10 %"
+
+
+def test_identical_methods_are_found_and_reported_once():
+    same = {0: np.array([0.5, 0.7]), 1: np.array([0.6, 0.6])}
+    runs = {"FedAvg": same, "FedProx": {s: v.copy() for s, v in same.items()},
+            "FedMGDA": {0: np.array([0.5, 0.7]), 1: np.array([0.6, 0.61])}, "Gone": {0: None, 1: same[1]}}
+    assert protocol.identical_runs(runs) == {"FedProx": "FedAvg"}
+    assert protocol.identical_runs({"A": {0: None}, "B": {0: None}}) == {}
 
 
 def test_pareto_front_on_hand_made_points():

@@ -18,10 +18,20 @@ A round (Ditto Algorithm 1, as the official code ``litian96/ditto`` runs it, com
 
 The personal models are per-client state (checkpointed); every v_k starts as a copy of the
 initial global model w⁰ (the official code's initialisation), and clients not sampled keep
-theirs. Evaluation is personal: client k's accuracy and losses are those of v_k on its own data
-(a never-sampled client is evaluated with w⁰, as in the official code). The share of improved
-participants (DQN-Fed eq. (29)) is measured by the loop on the global model, whose update is the
-server's.
+theirs. Evaluation is personal: client k's accuracy and losses are those of v_k on its own data.
+
+**A client never sampled** has no v_k yet. The official code scores it at w⁰, a model that never
+trained on anything (3–27 % on notebook 06's federations, against FedAvg-FT's fine-tuned 57–100 %:
+the personal track then compares a random model with a trained one). Here no client is scored on
+a model that never trained on it (:meth:`Ditto.untrained`): it gets, at evaluation, FedAvg-FT's
+budget — one local epoch of the experiment's SGD, no proximal term, on the fine-tuning stream
+(:func:`fairfl.algorithms.fedavg.fine_tune`) — from the current global model wᵗ (λ > 0: what
+Ditto's personal objective is anchored at), or from its own w⁰ where λ = 0 (Local-only: a purely
+local model stays local, never touching the global one). These models are not kept: a client
+sampled later starts its v_k from w⁰ as before, and the next evaluation starts again. This changes
+what the official code reports for clients never sampled (only them): :meth:`Ditto.revision`.
+The share of improved participants (DQN-Fed eq. (29)) is measured by the loop on the global
+model, whose update is the server's.
 """
 from __future__ import annotations
 
@@ -33,7 +43,7 @@ import torch
 from ..errors import ConfigError
 from ..messages import ClientUpdates
 from .base import Context, ParamLayout, RoundPlan, option, register
-from .fedavg import FedAvg
+from .fedavg import FedAvg, fine_tune
 
 
 @dataclass
@@ -81,10 +91,26 @@ class Ditto(FedAvg):
             clients.states[int(k)] = DittoClient(v.clone())
         return reports
 
+    def revision(self) -> int:
+        # 1: a client never sampled is scored at a model trained for FedAvg-FT's budget, not at w⁰ (untrained)
+        return 1
+
     def evaluate(self, ctx: Context, state: DittoState, clients):
-        return clients.evaluate_each([self._personal(clients, k, state.initial) for k in range(clients.num_clients)])
+        models = [self._personal(clients, k, None) for k in range(clients.num_clients)]
+        never = [k for k, v in enumerate(models) if v is None]
+        if never:
+            for k, v in zip(never, self.untrained(clients, never, ctx.params, state.initial, ctx.local)):
+                models[k] = v
+        return clients.evaluate_each(models)
+
+    def untrained(self, clients, ids, params: torch.Tensor, initial: torch.Tensor, local) -> torch.Tensor:
+        """(m, d): the models clients ``ids``, never sampled, are scored at — one epoch of local SGD
+        (FedAvg-FT's budget, :func:`~fairfl.algorithms.fedavg.fine_tune`) from the global model
+        ``params`` (λ > 0), or from their own initial model ``initial`` (λ = 0: Local-only)."""
+        start = initial if self.lam == 0 else params
+        return fine_tune(clients, ids, start.unsqueeze(0).repeat(len(ids), 1), local, epochs=1)
 
     @staticmethod
-    def _personal(clients, k: int, initial: torch.Tensor) -> torch.Tensor:
+    def _personal(clients, k: int, initial: torch.Tensor | None) -> torch.Tensor | None:
         own = clients.states.get(int(k))
         return initial if own is None else own.personal

@@ -102,9 +102,18 @@ class FedAvgFT(FedAvg):
 
     def evaluate(self, ctx: Context, state: Any, clients) -> Any:
         n = clients.num_clients
-        # an experiment that trains K local steps a round (LocalTraining.steps) fine-tunes for K steps an epoch
-        steps = None if ctx.local.steps is None else ctx.local.steps * self.finetune_epochs
-        local = replace(ctx.local, epochs=self.finetune_epochs, steps=steps, prox_mu=0.0)
         start = self.eval_params(state, ctx.params)
-        tuned = clients.train_from(list(range(n)), start.unsqueeze(0).repeat(n, 1), local, purpose=FINETUNE)
+        tuned = fine_tune(clients, list(range(n)), start.unsqueeze(0).repeat(n, 1), ctx.local, self.finetune_epochs)
         return clients.evaluate_each(list(tuned))
+
+
+def fine_tune(clients, ids, starts: torch.Tensor, local, epochs: int = 1) -> torch.Tensor:
+    """(m, d): clients ``ids`` each trained from its row of ``starts`` on its own training data for
+    ``epochs`` epochs of the experiment's local SGD (``local``; of K steps each where the experiment
+    trains K local steps a round), without a proximal term, on the fine-tuning batch stream
+    (:data:`fairfl.seeding.FINETUNE`): FedAvg-FT's personal models, and the budget Ditto gives a
+    client that was never sampled (:meth:`fairfl.algorithms.ditto.Ditto.untrained`)."""
+    # an experiment that trains K local steps a round (LocalTraining.steps) fine-tunes for K steps an epoch
+    steps = None if local.steps is None else local.steps * epochs
+    return clients.train_from(list(ids), starts, replace(local, epochs=epochs, steps=steps, prox_mu=0.0),
+                              purpose=FINETUNE)

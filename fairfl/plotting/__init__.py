@@ -50,7 +50,7 @@ from ..errors import ConfigError
 from ..figure_checks import MIN_TEXT_PT, ONE_COLUMN, TWO_COLUMNS  # noqa: F401
 from ..history import History
 from .benchmark import effect_heatmap, forest_plot, tradeoff_paths  # noqa: F401
-from .style import (INLINE_DPI, MARKERS, NAMES, PALETTE, REFERENCE, SAVE_DPI, STYLE, TEXT_RC,  # noqa: F401
+from .style import (INLINE_DPI, MARKERS, NAMES, NON_VERDICT_MARKERS, PALETTE, REFERENCE, SAVE_DPI, STYLE, TEXT_RC,  # noqa: F401
                     PlainLogFormatter, bar_axis, figure, figure_legend, figure_stamp, human, markevery,
                     method_styles, ordinal_styles, panel_title, percent_axis, plain_log_ticks, round_axis,
                     save_figure, style_of, suptitle, use_style)

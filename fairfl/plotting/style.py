@@ -28,6 +28,8 @@ STYLE = "print-1"           # recorded in every PNG save_figure writes: the cont
 # deficiencies; black is kept for the reference method, yellow (the faintest on white) comes last.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+# markers for figures that also print the verdict glyphs ▲ / ▼ (notebook 06): no triangles
+NON_VERDICT_MARKERS = ("o", "s", "D", "P", "X", "p", "h")
 REFERENCE = {"color": "#000000", "marker": "*"}
 
 # Text sizes at print size (points): nothing under MIN_TEXT_PT
@@ -73,14 +75,16 @@ def figure(rows: int = 1, cols: int = 1, width: float = TWO_COLUMNS, height: flo
 
 
 def method_styles(names: Sequence[str], reference: str | None = None,
-                  labelled: bool = False) -> dict[str, dict[str, str]]:
+                  labelled: bool = False, markers: Sequence[str] = MARKERS) -> dict[str, dict[str, str]]:
     """{name: {"color", "marker"}}: one colour and one marker per method, in the order given, the
     ``reference`` method in black. Made once per notebook and passed to each of its figures, a
     method looks the same in all of them. More methods than the palette's colours raise: repeated
     colours would make two methods one; draw them as small multiples (``method_panels``). Where a
     figure names every method beside its marks (a forest plot's rows, a panel per method:
     ``labelled=True``), colour is not the only key and past the palette the colours repeat with
-    the next marker, no two methods sharing both."""
+    the next marker, no two methods sharing both. ``markers``: the markers to use
+    (:data:`NON_VERDICT_MARKERS` where a figure's tables print ▲ / ▼ as verdicts)."""
+    marks = tuple(markers)
     names = list(names)
     if len(set(names)) != len(names):
         raise ConfigError(f"method_styles: a name is given twice in {names}")
@@ -88,17 +92,17 @@ def method_styles(names: Sequence[str], reference: str | None = None,
         raise ConfigError(f"method_styles: the reference {reference!r} is not among {names}")
     others = [n for n in names if n != reference]
     if labelled:
-        if len(others) > len(PALETTE) * len(MARKERS):
-            raise ConfigError(f"method_styles: {len(others)} methods but {len(PALETTE) * len(MARKERS)} pairs of a "
+        if len(others) > len(PALETTE) * len(marks):
+            raise ConfigError(f"method_styles: {len(others)} methods but {len(PALETTE) * len(marks)} pairs of a "
                               "colour and a marker")
-        pairs = iter((PALETTE[i % len(PALETTE)], MARKERS[(i // len(PALETTE) + i) % len(MARKERS)])
+        pairs = iter((PALETTE[i % len(PALETTE)], marks[(i // len(PALETTE) + i) % len(marks)])
                      for i in range(len(others)))
         return {n: dict(REFERENCE) if n == reference else dict(zip(("color", "marker"), next(pairs))) for n in names}
     if len(others) > len(PALETTE):
         raise ConfigError(f"method_styles: {len(others)} methods but {len(PALETTE)} colour-blind-safe colours "
                           f"({', '.join(others)}): draw them as small multiples (plotting.method_panels), "
                           "not with repeated colours")
-    colours = iter(zip(PALETTE, MARKERS))
+    colours = iter(zip(PALETTE, marks))
     return {n: dict(REFERENCE) if n == reference else dict(zip(("color", "marker"), next(colours))) for n in names}
 
 

@@ -13,7 +13,7 @@ from ..errors import ConfigError
 
 # the CSV files a benchmark writes, and the version of each one's columns; a reader refuses a
 # file of a kind or schema it does not know
-SCHEMAS = {"summary": 2, "runs": 1, "claims": 1}
+SCHEMAS = {"summary": 3, "runs": 2, "claims": 2, "pilot": 1}
 _HEADER = "# fairfl"
 
 
@@ -42,10 +42,11 @@ def write_table(frame: pd.DataFrame, path: Path | str, kind: str, protocol: str)
     return path
 
 
-def read_table(path: Path | str) -> pd.DataFrame:
+def read_table(path: Path | str, schema: int | None = None) -> pd.DataFrame:
     """A table written by :func:`write_table`: its rows, with ``attrs`` holding its kind, schema
     and protocol. A file without the header, or of another kind or schema version, is refused
-    with a :class:`ConfigError` that says which."""
+    with a :class:`ConfigError` that says which; ``schema`` names an earlier version the caller
+    knows how to read (protocol 6.2's claims file, schema 1, read beside 6.3's)."""
     import gzip
     path = Path(path)
     if not path.is_file():
@@ -60,10 +61,12 @@ def read_table(path: Path | str) -> pd.DataFrame:
     if not first.startswith(_HEADER) or not {"table", "schema", "protocol"} <= set(fields):
         raise ConfigError(f"{path}: not a fairfl table (its first line should be "
                           f"'{_HEADER} table=... schema=... protocol=...', it is {first[:80]!r})")
-    kind, schema = fields["table"], fields["schema"]
-    if kind not in SCHEMAS or schema != str(SCHEMAS[kind]):
-        raise ConfigError(f"{path}: a {kind!r} table of schema {schema}; this fairfl reads "
-                          + ", ".join(f"{k} schema {v}" for k, v in SCHEMAS.items()))
+    kind = fields["table"]
+    found = fields["schema"]
+    if kind not in SCHEMAS or found != str(SCHEMAS[kind] if schema is None else schema):
+        raise ConfigError(f"{path}: a {kind!r} table of schema {found}; this fairfl reads "
+                          + ", ".join(f"{k} schema {v}" for k, v in SCHEMAS.items())
+                          + ("" if schema is None else f" (asked for schema {schema})"))
     frame = pd.read_csv(path, skiprows=1, keep_default_na=True)
-    frame.attrs.update(kind=kind, schema=int(schema), protocol=fields["protocol"])
+    frame.attrs.update(kind=kind, schema=int(found), protocol=fields["protocol"])
     return frame

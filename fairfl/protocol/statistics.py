@@ -1,7 +1,7 @@
 """Statistics over seeds: exact sign-flip (randomisation) p-values of a location and the
 confidence bounds that invert them, intervals that stay inside a metric's range, seed-paired
-differences, the smallest difference a design detects, Holm's correction and Benjamini–Hochberg
-q-values. Why this test: the comment below."""
+differences, Holm's correction (with Shaffer's refinement where two nulls cannot both be true) and
+Benjamini–Hochberg q-values. Why this test: the comment below; its power: :mod:`~fairfl.protocol.power`."""
 from __future__ import annotations
 
 import math
@@ -42,12 +42,12 @@ DRAWS = 2 ** 16 - 1
 TOL = 1e-9          # values are rounded to this before they are compared (equal seeds give equal means)
 
 
-def _finite(values) -> np.ndarray:
+def finite_values(values) -> np.ndarray:
     v = np.asarray(values, dtype=np.float64).ravel()
     return v[np.isfinite(v)]
 
 
-def _patterns(n: int) -> int:
+def sign_patterns(n: int) -> int:
     """How many equally likely sign patterns a p-value counts: 2ⁿ, or DRAWS + 1."""
     return 2 ** n if n <= EXACT_SEEDS else DRAWS + 1
 
@@ -55,7 +55,7 @@ def _patterns(n: int) -> int:
 def subset_means(values) -> np.ndarray:
     """The sorted means of the non-empty subsets of ``values`` (NaN dropped): all 2ⁿ − 1 of them
     for n ≤ ``EXACT_SEEDS``, else ``DRAWS`` random ones, rounded to 1e-9."""
-    v = _finite(values)
+    v = finite_values(values)
     n = v.size
     if n == 0:
         return np.empty(0)
@@ -73,7 +73,7 @@ def p_greater(values, c: float) -> float:
     means = subset_means(values)
     if means.size == 0:
         return math.nan
-    return (1 + int(np.searchsorted(means, round(c, 9), side="right"))) / _patterns(_finite(values).size)
+    return (1 + int(np.searchsorted(means, round(c, 9), side="right"))) / sign_patterns(finite_values(values).size)
 
 
 def p_less(values, c: float) -> float:
@@ -82,7 +82,7 @@ def p_less(values, c: float) -> float:
     if means.size == 0:
         return math.nan
     below = int(np.searchsorted(means, round(c, 9), side="left"))
-    return (1 + means.size - below) / _patterns(_finite(values).size)
+    return (1 + means.size - below) / sign_patterns(finite_values(values).size)
 
 
 def p_two_sided(values, c: float = 0.0) -> float:
@@ -100,7 +100,7 @@ def bounds(values, a: float, limits: tuple[float, float] = (-math.inf, math.inf)
     means = subset_means(values)
     if means.size == 0:
         return math.nan, math.nan
-    k = math.floor(a * _patterns(_finite(values).size) + TOL) - 1      # means ≤ c allowed below the bound
+    k = math.floor(a * sign_patterns(finite_values(values).size) + TOL) - 1      # means ≤ c allowed below the bound
     if k < 0:
         return limits
     return max(float(means[k]), limits[0]), min(float(means[-1 - k]), limits[1])
@@ -112,7 +112,7 @@ def location(values, level: float = 0.95, limits: tuple[float, float] = (-math.i
     from :func:`bounds`."""
     if not 0 < level < 1:
         raise ConfigError(f"level must be in (0, 1), got {level}")
-    v = _finite(values)
+    v = finite_values(values)
     if v.size == 0:
         return math.nan, math.nan, math.nan
     lo, hi = bounds(v, (1 - level) / 2, limits)
@@ -128,29 +128,22 @@ def paired(a: Mapping[Any, float], b: Mapping[Any, float]) -> tuple[np.ndarray, 
     return pairs[ok, 0] - pairs[ok, 1], int((~ok).sum())
 
 
-def detectable_difference(differences, a: float, power: float = 0.8) -> float:
-    """The smallest true mean difference a one-sided test at level ``a`` detects with probability
-    ``power``, from the seeds' spread: (t₁₋ₐ + t_power)·s/√n on n − 1 degrees of freedom (the
-    usual planning formula; the sign-flip test's power is close to the t-test's). Infinite where
-    the seeds cannot reach level a at all (2⁻ⁿ > a; one seed), 0 where every seed gives the same
-    difference."""
-    if not 0 < a < 1 or not 0 < power < 1:
-        raise ConfigError(f"level and power must be in (0, 1), got {a} and {power}")
-    v = _finite(differences)
-    n = v.size
-    if n < 2 or 1 / _patterns(n) > a + TOL:
-        return math.inf
-    from scipy import stats
-    return float((stats.t.ppf(1 - a, n - 1) + stats.t.ppf(power, n - 1)) * v.std(ddof=1) / math.sqrt(n))
-
-
-def holm(p, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+def holm(p, alpha: float = 0.05, exclusive=None) -> tuple[np.ndarray, np.ndarray]:
     """Holm's step-down correction of the p-values ``p`` at family-wise level ``alpha`` (NaN: not a
     test, left out of the family), as (adjusted p-values, the one-sided level at which each
     test's confidence bound is drawn). The test of rank r (1: the smallest p) among m is compared
     with α/(m − r + 1) while every test before it was rejected; from the first test Holm keeps,
     that test's level holds for it and every later one. So a bound excludes its null value
-    exactly when the adjusted p-value is ≤ α."""
+    exactly when the adjusted p-value is ≤ α.
+
+    ``exclusive`` (one key per test, None for a test on its own): tests that share a key have
+    null hypotheses of which **at most one can be true** (a claim part's "gain ≤ 0" and
+    "gain ≥ margin" with margin > 0). Then the divisor of rank r is Shaffer's (1986, his method 2,
+    "given the specific hypotheses rejected"): the largest number of nulls that can still be true
+    together once the r − 1 before it are rejected — each test on its own that is not rejected
+    counts one, each key with a test not yet rejected counts one — never more than Holm's
+    m − r + 1. This is a shortcut of closed testing with Bonferroni's local tests (an intersection
+    of nulls that can hold together is at most that many), so the family-wise error stays ≤ α."""
     if not 0 < alpha < 1:
         raise ConfigError(f"alpha must be in (0, 1), got {alpha}")
     p = np.asarray(p, dtype=np.float64)
@@ -159,12 +152,28 @@ def holm(p, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     m = idx.size
     if m == 0:
         return adjusted, level
+    keys = [None] * p.size if exclusive is None else list(exclusive)
+    if len(keys) != p.size:
+        raise ConfigError(f"holm: {len(keys)} keys for {p.size} p-values")
     order = idx[np.argsort(p[idx], kind="stable")]
-    adjusted[order] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    divisors = possibly_true([keys[j] for j in order])
+    adjusted[order] = np.minimum(1.0, np.maximum.accumulate(divisors * p[order]))
     kept = next((i for i, j in enumerate(order) if adjusted[j] > alpha + TOL), m)
     for i, j in enumerate(order):
-        level[j] = alpha / (m - min(i, kept))
+        level[j] = alpha / divisors[min(i, kept)]
     return adjusted, level
+
+
+def possibly_true(keys) -> np.ndarray:
+    """For tests in the order they are rejected (``keys`` as :func:`holm` takes them), the divisor
+    of each step: how many nulls can be true together when every test before it is rejected —
+    the tests on their own (key None) still in, plus the keys with a test still in."""
+    keys = list(keys)
+    out = np.empty(len(keys))
+    for i in range(len(keys)):
+        rest = keys[i:]
+        out[i] = sum(1 for k in rest if k is None) + len({k for k in rest if k is not None})
+    return out
 
 
 def benjamini_hochberg(p) -> np.ndarray:

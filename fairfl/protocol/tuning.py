@@ -1,14 +1,12 @@
-"""Tuning: a method's grid of :class:`Axis`, the Latin-hypercube design that gives every method
-the same number of configurations, the declared extension of a winning grid edge, a configuration
-as the tables print it; the choice on the clients' validation splits only (:class:`ValidationView`,
+"""Tuning: a method's grid of :class:`Axis` (its designs: :mod:`~fairfl.protocol.design`), a
+configuration as the tables print it; the choice on the clients' validation splits only (:class:`ValidationView`,
 :func:`validation_score`, :func:`select`); and whether a federation can speak for a track (its
 trained reference beats the best constant predictor: :func:`constant_accuracy`, :func:`speaks`)."""
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Mapping, Sequence
+from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -23,7 +21,7 @@ class Axis:
     """One knob of a method's grid: the option it sets (``"server_lr"``, ``"local.lr"``, ``"q"``),
     its values in increasing order, and the value one step beyond each edge, declared with the
     grid (None where the edge is the option's own bound: FedFV's α = 1, q = 0), which
-    :func:`extension` tries when a configuration on that edge wins."""
+    :func:`~fairfl.protocol.design.edge_extensions` tries when a configuration on that edge wins."""
 
     name: str
     values: tuple[float, ...]
@@ -38,59 +36,6 @@ class Axis:
             raise ConfigError(f"axis {self.name}: the extensions ({self.below}, {self.above}) must lie outside "
                               f"the values {v}")
         object.__setattr__(self, "values", v)
-
-
-def latin_design(axes: Sequence[Axis], k: int, seed: int,
-                 allowed: Callable[[dict[str, float]], bool] | None = None) -> list[dict[str, float]]:
-    """``k`` configurations of a grid, the same number for every method (an equal tuning budget):
-    a Latin hypercube over the axes' values (McKay, Beckman, Conover 1979) — each axis's values
-    are dealt to the k configurations in a random order, each value as often as the others
-    (±1), so that every value of every knob is tried even where the full grid is far larger
-    than k. Drawn from ``seed`` alone (declared with the grid); configurations that came out
-    equal, or that ``allowed`` refuses (a method's own check on a federation: Ditto's η·λ ≥ 2),
-    are replaced by unused allowed grid points drawn from the same seed. A grid with fewer than k
-    allowed points gives all of them; no axes give the one empty configuration."""
-    if k < 1:
-        raise ConfigError(f"a design needs at least one configuration, got k={k}")
-    names = [a.name for a in axes]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"axes named twice: {names}")
-    allowed = allowed or (lambda p: True)
-    full = [dict(zip(names, p)) for p in itertools.product(*(a.values for a in axes))]
-    if len(full) <= k:
-        return [p for p in full if allowed(p)]
-    rng = np.random.default_rng(seed)
-    columns = []
-    for a in axes:
-        # each value ⌊k/n⌋ or ⌈k/n⌉ times (k < n: k different values, drawn at random)
-        dealt = np.resize(rng.permutation(np.asarray(a.values)), k)
-        columns.append(rng.permutation(dealt))
-    points: list[dict[str, float]] = []
-    for row in zip(*columns):
-        p = dict(zip(names, (float(x) for x in row)))
-        if p not in points and allowed(p):
-            points.append(p)
-    # the check is asked only of the points that may enter (it can be slow: a config's validation)
-    for i in rng.permutation(len(full)):
-        if len(points) == k:
-            break
-        if full[i] not in points and allowed(full[i]):
-            points.append(full[i])
-    return points
-
-
-def extension(axes: Sequence[Axis], point: Mapping[str, float]) -> dict[str, float] | None:
-    """The rule for a winning grid edge, declared before the runs: where the chosen configuration
-    sits on an edge of one or more axes, the one configuration that moves each of them a declared
-    step outward (:attr:`Axis.below` / :attr:`Axis.above`), the others kept; it is run once and
-    taken if it wins (never extended again). None where no edge can move."""
-    out, moved = dict(point), False
-    for a in axes:
-        v = point[a.name]
-        step = a.below if v == a.values[0] else a.above if v == a.values[-1] else None
-        if len(a.values) > 1 and step is not None:
-            out[a.name], moved = step, True
-    return out if moved else None
 
 
 def point_label(point: Mapping[str, Any], symbols: Mapping[str, str] | None = None) -> str:

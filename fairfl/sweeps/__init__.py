@@ -44,7 +44,7 @@ from ..loop import simulate
 from ..progress import SweepProgress
 from .plan import (MAX_GROUP, RATES_FILE, expected_cost, measured_rates, plan_groups, rate_key,  # noqa: F401
                    remember_rates)
-from .usage import GroupSpan, SweepUsage, backend_cores, others_share
+from .usage import GroupSpan, MemoryPeak, SweepUsage, backend_cores, others_share
 from .workers import (Measured, RunError, ShippedGroup, measured_run_group, measured_ship_group,  # noqa: F401
                       portable, receive_shipped, scratch_root, ship)
 
@@ -194,6 +194,7 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
         # cluster) gets the runs' checkpoints with the configs and sends the finished entries back,
         # which are written here; the others train straight into the cache folder.
         shared = getattr(backend, "shares_files", True)
+        memory = MemoryPeak().__enter__() if local else None
         try:
             while groups:
                 if shared:
@@ -231,11 +232,15 @@ def _sweep(configs: Sequence[ExperimentConfig], backend: Backend, root: Path | N
             remember_rates(rates, root)
             global last_usage
             wall = time.perf_counter() - started
+            if memory is not None:
+                memory.__exit__()
             last_usage = SweepUsage(backend_cores(backend), wall, cpu, widths, tuple(spans),
-                                    others_share(busy, tree, wall))
+                                    others_share(busy, tree, wall), None if memory is None else memory.peak)
         except KeyboardInterrupt:
             raise _interrupted(backend, watch, list(unique.values()), root) from None
         finally:
+            if memory is not None:
+                memory.__exit__()
             watch.close()
     for c in todo:
         if c.key() not in failures:

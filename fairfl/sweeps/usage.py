@@ -5,6 +5,7 @@ busy (:func:`backend_cores`)."""
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 from ..backends import Backend, ProcessBackend, SerialBackend
@@ -40,6 +41,7 @@ class SweepUsage:
     widths: dict
     groups: tuple = ()
     others: float | None = None
+    peak_rss: float | None = None           # bytes: the largest resident memory of the process tree seen
 
     @property
     def idle(self) -> float:
@@ -67,7 +69,9 @@ class SweepUsage:
                 (f" ({self.tail:.0%} at the end)" if len({g.pid for g in self.groups}) > 1 else "") +
                 # where others used the cores, part of the idle share is theirs, not the scheduler's
                 (f"; other processes used {self.others:.0%} of the machine's core-time meanwhile"
-                 if self.others is not None and self.others >= 0.005 else ""))
+                 if self.others is not None and self.others >= 0.005 else "") +
+                (f"; peak memory {self.peak_rss / 2 ** 30:.1f} GiB (this process and its workers, resident)"
+                 if self.peak_rss else ""))
 
 
 def others_share(busy: float | None, tree: dict[int, float], wall: float) -> float | None:
@@ -96,3 +100,48 @@ def backend_cores(backend: Backend) -> int:
     if isinstance(backend, SerialBackend):
         return cores.threads()
     return max(1, int(getattr(backend, "workers", 1)))
+
+
+def tree_rss() -> int | None:
+    """The resident memory (bytes) of this process and its descendants, summed (shared pages, such as
+    the libraries every worker maps, counted once per process: an upper bound); None without psutil."""
+    try:
+        import psutil
+        me = psutil.Process()
+        family = [me, *me.children(recursive=True)]
+    except Exception:                                   # noqa: BLE001 - a report, never an error
+        return None
+    total = 0
+    for p in family:
+        try:
+            total += p.memory_info().rss
+        except Exception:                               # noqa: BLE001 - it ended meanwhile
+            pass
+    return total
+
+
+class MemoryPeak:
+    """The peak of :func:`tree_rss` over a stretch of time, sampled every ``every`` seconds by a
+    daemon thread (a sweep's: how much memory its workers held at most). ``with MemoryPeak() as m:
+    ...`` then ``m.peak`` (bytes, None where it cannot be read)."""
+
+    def __init__(self, every: float = 0.5):
+        self.every, self.peak = every, None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True, name="fairfl-memory")
+
+    def _watch(self) -> None:
+        while True:
+            rss = tree_rss()
+            if rss is not None:
+                self.peak = rss if self.peak is None else max(self.peak, rss)
+            if self._stop.wait(self.every):
+                return
+
+    def __enter__(self) -> "MemoryPeak":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
