@@ -81,9 +81,12 @@ class Session:
         return Claims(notebook, self.profile, self.overridden)
 
     def save(self, fig, name: str) -> None:
-        """Write the figure as ``<figures>/<name>.png`` and ``.pdf`` (atomically)."""
+        """Write the figure as ``<figures>/<name>.png`` and ``.pdf`` (atomically), the PNG stamped
+        with the profile and the machine (``fairfl.plotting.figure_stamp`` reads them back)."""
+        from .engine.cores import describe_machine
         from .plotting import save_figure
-        save_figure(fig, name, self.figures)
+        save_figure(fig, name, self.figures, provenance={"fairfl-profile": self.profile,
+                                                         "fairfl-machine": describe_machine(self.device)})
 
     def sweep(self, config: Callable[..., Any], points: Iterable[Mapping[str, Any]] | None = None,
               keep_diverged: bool = False, **factors: Sequence[Any]) -> "Sweep":

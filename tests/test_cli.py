@@ -421,6 +421,10 @@ def test_a_failed_reproduce_leaves_the_last_good_figures_whole_and_each_explorat
     good = _checksums(figures)
     assert set(good) == {"smoke/98_staged.png", "smoke/98_staged.pdf", "smoke/98_staged.csv"}, good
     assert not list(outputs.rglob(".*partial*"))                          # nothing staged is left behind
+    from fairfl.engine.cores import describe_machine
+    from fairfl.plotting import figure_stamp
+    stamp = figure_stamp(figures / "smoke" / "98_staged.png")               # the profile and the machine
+    assert stamp["fairfl-profile"] == "smoke" and stamp["fairfl-machine"] == describe_machine() != "", stamp
 
     title.write_text("second")
     fail.write_text("")

@@ -121,6 +121,24 @@ class CoreBank:
         return self._spare.value // busy if busy > 0 else 0
 
 
+def describe_machine(device: str = "cpu") -> str:
+    """The machine a result was computed on, in words, for a figure's stamp and a report:
+    ``"2 CPU cores (AMD EPYC 7B13)"``, or the accelerator's name for a CUDA device."""
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(torch.device(device))} (CUDA)"
+    model = ""
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    except OSError:
+        import platform
+        model = platform.processor()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cores} CPU cores" + (f" ({model})" if model else "")
+
+
 def machine_busy() -> float | None:
     """CPU seconds that all of this machine's cores have spent busy (user, nice, system, interrupts;
     not idle, I/O wait or a hypervisor's steal), from the operating system's counters (psutil), or

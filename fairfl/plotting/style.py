@@ -272,12 +272,14 @@ def plain_log_ticks(ax, axis: str = "y") -> None:
 
 # ----------------------------------------------------------------------------- saving
 
-def save_figure(fig: matplotlib.figure.Figure, name: str, folder: Path | None = None) -> list[Path]:
+def save_figure(fig: matplotlib.figure.Figure, name: str, folder: Path | None = None,
+                provenance: dict[str, str] | None = None) -> list[Path]:
     """Write ``<figures>/<name>.png`` (at SAVE_DPI) and ``.pdf``, each atomically, at exactly the
     figure's size; returns the paths. The PNG's text chunks record the style (``fairfl-style``),
     the printed size and what ``fairfl.figure_checks.problems`` found (``fairfl-checks``: "ok" or
-    the problems), which scripts/contact_sheet.py shows; a figure with problems is named in one
-    printed line."""
+    the problems), which scripts/contact_sheet.py shows, and ``provenance`` (a notebook's figures:
+    ``fairfl-profile`` and ``fairfl-machine``, the profile and the machine the figure's runs were
+    computed with); a figure with problems is named in one printed line."""
     folder = Path(folder or figures_root())
     found = problems(fig)
     # and as the file shows it: ink in the outermost pixels is a text cut by the canvas
@@ -291,7 +293,7 @@ def save_figure(fig: matplotlib.figure.Figure, name: str, folder: Path | None = 
         found.append(f"drawn at the canvas edge ({', '.join(edges)}): a text cut off")
     width, height = fig.get_size_inches()
     stamp = {"fairfl-style": STYLE, "fairfl-size": f"{width:.2f} x {height:.2f} in ({width_class(fig) or 'no column width'})",
-             "fairfl-checks": "ok" if not found else "; ".join(found)}
+             "fairfl-checks": "ok" if not found else "; ".join(found), **(provenance or {})}
     if found:
         print(f"figure {name}: not fit for print: " + "; ".join(found))
     paths = []
