@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .claims import PROFILES
+from .profiles import PROFILES
 from .errors import ConfigError
 from .paths import DESTINATION, EXPLORE_ENV, STAGING_ENV, exploring_dir, figures_root
 
@@ -127,7 +127,7 @@ def header_line(notebook: str | None, profile: str, given: str | None, settings:
     expected to take here (``fairfl reproduce`` announces the same), what it explores, where its
     figures go, its settings and device."""
     from .claims import describe_overrides
-    from .cli import expected_time
+    from .profiles import expected_time
     if exploring:
         expected = "not measured (settings changed)"
     elif notebook is None:

@@ -124,6 +124,38 @@ def test_the_engines_rooms_import_only_rooms_below_them():
     assert not [t for t in GRAPH["fairfl.stacked"] if t.startswith("fairfl.engine")]
 
 
+# The package's layers, lowest first (docs/package.md draws them): each top-level module or package
+# of fairfl in exactly one, and a layer imports only from its own and the layers below it.
+LAYERS = [
+    ("foundations", {"errors", "atomic", "paths", "seeding", "validation", "progress", "metrics", "figure_checks",
+                     "profiles", "messages", "schedules", "minnorm"}),
+    ("federated learning", {"data", "partition", "models", "stacked", "stacked_lstm", "attacks", "algorithms"}),
+    ("training", {"engine", "client", "backends"}),
+    ("runs", {"config", "history", "server", "loop", "cache", "index", "flower_wire", "flower", "sweeps"}),
+    ("studies", {"claims", "paper", "protocol", "plotting", "explorer", "notebook"}),
+    ("commands", {"cli", "__main__", "fairfl"}),          # fairfl: the package's __init__ (its public names)
+]
+
+
+def _top(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "fairfl"
+
+
+def test_the_package_is_layered_and_no_layer_imports_one_above_it():
+    layer_of = {unit: i for i, (_, units) in enumerate(LAYERS) for unit in units}
+    units = {_top(name) for name in MODULES}
+    assert units == set(layer_of), f"not in a layer: {sorted(units - set(layer_of))}; gone: {sorted(set(layer_of) - units)}"
+    assert sum(len(u) for _, u in LAYERS) == len(layer_of), "a module is in two layers"
+    up = [f"{name} ({LAYERS[layer_of[_top(name)]][0]}) imports {target} ({LAYERS[layer_of[_top(target)]][0]})"
+          for name, targets in GRAPH.items() for target in targets
+          if layer_of[_top(target)] > layer_of[_top(name)]]
+    assert not up, up
+    drawn = (ROOT.parent / "docs" / "package.md").read_text()
+    missing = [u for u in units - {"fairfl", "__main__"} if f"{u}.py" not in drawn and f"{u}/" not in drawn]
+    assert not missing, f"docs/package.md does not place {missing}"
+
+
 def test_every_exactness_switch_lives_in_one_module():
     # MKL's reproducibility mode and torch's CUDA determinism switches are set in fairfl.engine.exactness
     # only (fairfl/__init__.py sets MKL_CBWR's value before torch is imported, as exactness says)

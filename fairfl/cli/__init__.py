@@ -12,7 +12,7 @@ import sys
 
 # Only light modules here: `python -m fairfl --help` must not wait for torch. Each command imports
 # what it needs.
-from ..claims import PROFILES
+from ..profiles import PROFILES
 from .reproduce import (KERNEL_ARGUMENTS, MEASURED_ON, NOTEBOOK_SECONDS, check_parameters,  # noqa: F401
                         cmd_reproduce, expected_time, notebook_paths)
 from .results import cmd_results

@@ -1,7 +1,7 @@
 """``fairfl reproduce``: execute notebooks with papermill, one at a time, each into the outputs
 folder (a partial file replaced only by a notebook that ran to its end, a failed one kept beside
 it), with ``-p`` parameters checked against the notebook's, the profile and device handed to the
-kernels, the measured time announced (:data:`NOTEBOOK_SECONDS`), and Ctrl-C handled at any moment
+kernels, the measured time announced (:data:`fairfl.profiles.NOTEBOOK_SECONDS`), and Ctrl-C handled at any moment
 (:class:`_Interrupt`); :func:`notebook_paths` finds notebooks by name, prefix or path."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..claims import PROFILES
+from ..profiles import MEASURED_ON, NOTEBOOK_SECONDS, PROFILES, expected_time  # noqa: F401
 
 
 def notebook_paths(names: list[str]) -> list[Path]:
@@ -29,29 +29,6 @@ def notebook_paths(names: list[str]) -> list[Path]:
             raise ConfigError(f"no notebook matches {n!r}; have: {', '.join(p.name for p in all_nbs)}")
         out += match
     return out
-
-
-# Measured wall time of each notebook per profile, in seconds, on the project machine: 2 CPU cores,
-# no GPU (quick: from an empty results folder on the idle machine; smoke: with other jobs loading
-# both cores, so an idle machine is faster). What `reproduce` announces, and the README's table;
-# how each was measured is in benchmarks/README.md. A missing entry is not measured.
-MEASURED_ON = "2 CPU cores, no GPU"
-NOTEBOOK_SECONDS: dict[tuple[str, str], float] = {
-    ("00", "smoke"): 19, ("01", "smoke"): 31, ("02", "smoke"): 66, ("03", "smoke"): 11, ("04", "smoke"): 100,
-    ("05", "smoke"): 18, ("06", "smoke"): 117,
-    ("00", "quick"): 180, ("01", "quick"): 3650, ("02", "quick"): 1616, ("03", "quick"): 1524,
-    ("04", "quick"): 2956, ("05", "quick"): 1340, ("06", "quick"): 2624,
-}
-
-
-def expected_time(notebook: str, profile: str, device: str = "cpu") -> str:
-    """"about 4 min on 2 CPU cores, no GPU" from :data:`NOTEBOOK_SECONDS`, or "not measured"."""
-    seconds = NOTEBOOK_SECONDS.get((notebook[:2], profile))
-    if seconds is None:
-        return "not measured"
-    if device.startswith("cuda"):
-        return "not measured on a GPU"
-    return (f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.0f} min") + f" on {MEASURED_ON}"
 
 
 def _parameters(items: list[str]) -> dict:
