@@ -602,3 +602,38 @@ def client_steps(config) -> float:
 def run_steps(config) -> float:
     """Client steps of a whole run: rounds × :func:`client_steps`."""
     return config.rounds * client_steps(config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python benchmarks/notebook_sweeps.py [NOTEBOOK ...] [--profile paper | --smoke]``: each
+    notebook's sweeps under the profile, read without training: per sweep its new runs and client
+    steps, whether it was built from stand-in results (an estimate), and the statements that failed.
+    Exit status 1 when a notebook could not be read whole."""
+    import argparse
+    import sys
+    parser = argparse.ArgumentParser(description=main.__doc__.split("\n\n")[0])
+    parser.add_argument("notebooks", nargs="*", help="names or prefixes (default: all)")
+    parser.add_argument("--profile", default="paper", choices=("smoke", "quick", "paper"))
+    parser.add_argument("--smoke", action="store_true", help="the smoke profile (seconds)")
+    args = parser.parse_args(argv)
+    repo = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(repo))
+    from fairfl.cli import notebook_paths
+    profile = "smoke" if args.smoke else args.profile
+    failed = 0
+    for path in notebook_paths(args.notebooks):
+        found = read_sweeps(path, profile)
+        for sweep, new in zip(found.sweeps, found.new_runs):
+            print(f"{path.stem}: {sweep.name}: {len(new):,} new runs, "
+                  f"{sum(run_steps(c) for c in new):,.0f} client steps"
+                  + (" (ESTIMATE: built from stand-in results)" if sweep.from_results else ""))
+        for error in found.errors:
+            print(f"{path.stem}: could not read {error}")
+        failed += bool(found.errors)
+        print(f"{path.stem} ({profile}): {len(found.sweeps)} sweep(s), {len(found.runs()):,} runs, "
+              f"{found.statements[0]} of {found.statements[1]} statements executed, {found.seconds:.1f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -34,6 +34,8 @@ SMOKE: dict[str, tuple[list[str], str]] = {
     "benchmarks/lstm_speed.py": (["--smoke"], "stacked / reference at N = 2: "),
     "benchmarks/minnorm_speed.py": (["--reps", "1"], "speed-up of the fast solver vs cvxpy at m=100"),  # instant
     # every notebook's smoke profile read and counted, each kind of client step timed for 2 rounds
+    # every notebook's smoke sweeps read and counted, nothing trained
+    "benchmarks/notebook_sweeps.py": (["--smoke"], "06_one_protocol (smoke): 3 sweep(s), "),
     "benchmarks/paper_cost.py": (["--smoke", "--out", "{tmp}/cost.json"], "paper_cost: 7 notebook(s), "),
     # real pfl from .pfl/ (`make test` installs it first: benchmarks/pfl_setup.sh), both sides once
     "benchmarks/pfl_round.py": (["--smoke", "--compare", "1"], "fairfl (2 threads) vs pfl (2 processes): "),
