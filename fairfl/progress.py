@@ -174,6 +174,9 @@ class SweepProgress:
         if self.bar is None:
             return
         n, postfix = self._state()
+        with self._lock:
+            if len(self.ended) == len(self.folders):
+                return      # the final state is close()'s to draw, once (the watcher saw every run end first)
         moved = postfix != self._postfix          # a new phase is shown at once, whatever mininterval says
         self._postfix = postfix
         self.bar.set_postfix_str(postfix, refresh=False)

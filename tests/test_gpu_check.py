@@ -29,8 +29,17 @@ MODELS = {name for name, _, _ in gpu_check.stacked_items(smoke=True)}
 
 
 def _main(monkeypatch, *argv: str) -> None:
+    """gpu_check's main() in this process, its changes to the environment undone after it (as a
+    script it sets MPLBACKEND=Agg, TQDM_DISABLE, FAIRFL_* for itself and its children; left in
+    this test worker, MPLBACKEND=Agg reached a later test's JupyterLab kernel, which then showed
+    no figure)."""
     monkeypatch.setattr(sys, "argv", ["gpu_check.py", *argv])
-    gpu_check.main()
+    before = dict(os.environ)
+    try:
+        gpu_check.main()
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
 
 
 def test_the_stacked_section_reaches_every_model_where_only_pairs_are_exact(tmp_path, monkeypatch):

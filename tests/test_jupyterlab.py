@@ -82,7 +82,15 @@ def lab(tmp_path):
     notification.mkdir(parents=True)
     (notification / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
     token, port = secrets.token_hex(16), _free_port()
-    env = {**os.environ, "FAIRFL_PROFILE": "smoke", "FAIRFL_RESULTS": str(tmp_path / "results"),
+    # What earlier tests of this worker may have left in its environment (an in-process `reproduce`
+    # sets FAIRFL_*; a kernel started in-process sets MPLBACKEND) never reaches the lab's kernels:
+    # the lab sees the machine's environment and the settings below, as a person's would
+    session_wide = {"FAIRFL_DATA", "FAIRFL_OFFLINE", "FAIRFL_TEST_DATA"}        # conftest's, for every test
+    leftovers = {k: v for k, v in os.environ.items()
+                 if k.startswith(("FAIRFL_", "MPL", "JPY_", "JUPYTER", "IPY")) and k not in session_wide}
+    if leftovers:
+        print(f"left out of the lab's environment: {leftovers}")
+    env = {**{k: v for k, v in os.environ.items() if k not in leftovers}, "FAIRFL_PROFILE": "smoke", "FAIRFL_RESULTS": str(tmp_path / "results"),
            "FAIRFL_FIGURES": str(tmp_path / "figures"), "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
            "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
