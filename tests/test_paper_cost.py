@@ -8,7 +8,7 @@ against the clients ``federate`` builds.
 
 Nothing trains: the reader refuses any training call (checked on a notebook made here), so reading
 all seven notebooks takes about a minute on two busy cores, most of it notebook 06 building its
-2,206 configs.
+2,484 configs.
 """
 from __future__ import annotations
 
@@ -149,72 +149,99 @@ def test_05_fmol(paper):
 
 # ----------------------------------------------------------------------------- notebook 06
 
+# The paper profile of notebook 06 (protocol 6.3, its PROFILES["paper"] and protocol text): five federations, K = 5
+# configurations per method, tuning seeds 100 and 101 for EVERY method (twice="all"; quick tunes only the references
+# FedAvg, FedAvg (uniform) and FedAvg-FT on both), edge extensions for every method (extend="all"), twelve reporting
+# seeds 0..11 on every federation (a list applies to all; quick plans its seeds per federation)
+FEDERATIONS_06 = ["FMNIST, 3 clients", "FMNIST, 100 shards", "FMNIST, Dirichlet", "Adult", "Shakespeare"]
+K_06 = 5
+TUNING_SEEDS_06 = (100, 101)
+REPORTING_SEEDS_06 = {f: list(range(12)) for f in FEDERATIONS_06}
+# η₀, the base local rate of each federation (the protocol's federation table): lr× multiplies it
+BASE_LR = {"FMNIST, 3 clients": 0.1, "FMNIST, 100 shards": 0.1, "FMNIST, Dirichlet": 0.1, "Adult": 0.01,
+           "Shakespeare": 0.8}
+# the methods a criterion besides "mean" chooses for (a claim's mean-std: claims 3 and 4)
+CLAIMED_06 = ("FedAvg (uniform)", "FedFV", "DQN-Fed")
+
+
 def protocol_grids():
-    """Notebook 06's METHODS table with its paper grid ({method: (track, knobs)}), copied from the notebook."""
+    """Notebook 06's method table on the paper grid ({method: (track, knobs)}), copied from its protocol table
+    (method_table("paper")): the shared server step η and local multiplier lr× (0.25 … 4, beyond: 0.125, 8) where a
+    method has them, its own knob's paper grid and declared steps beyond. FedLF's ηᵗ has its own grid on the shared
+    column; FedHEAL's β is declared (0.4), not tuned."""
     from fairfl.protocol import Axis
-    five = lambda name, values, below, above: Axis(name, values, below, above)   # noqa: E731
-    server = five("server_lr", (0.25, 0.5, 1, 2, 4), 0.125, 8)
-    local = five("lr×", (0.25, 0.5, 1, 2, 4), 0.125, 8)
-    mu = five("mu", (0.001, 0.01, 0.1, 1, 10), 1e-4, 100)
+    server = Axis("server_lr", (0.25, 0.5, 1, 2, 4), 0.125, 8)
+    local = Axis("lr×", (0.25, 0.5, 1, 2, 4), 0.125, 8)
+    mu = Axis("mu", (0.001, 0.01, 0.1, 1, 10), 1e-4, 100)
     return {
-        "FedAvg": ("global", [server, local]), "FedAvg-n": ("global", [server, local]),
+        "FedAvg": ("global", [server, local]), "FedAvg (uniform)": ("global", [server, local]),
+        "FedAvg-n": ("global", [server, local]),
         "FedProx": ("global", [mu, server, local]), "FedMGDA": ("global", [server, local]),
-        "FedMGDA+": ("global", [five("eps", (0.01, 0.05, 0.1, 0.5, 1), None, None), server, local]),
+        "FedMGDA+": ("global", [Axis("eps", (0.01, 0.05, 0.1, 0.5, 1), None, None), server, local]),
         "MGDA-Prox": ("global", [mu, server, local]),
-        "q-FedAvg": ("global", [five("q", (0.01, 0.1, 1, 5, 10), 0.001, 20), local]),
-        "AFL": ("global", [five("lr_lambda", (0.001, 0.01, 0.1, 0.2, 0.5), 1e-4, 1.0), local]),
-        "FedFV": ("global", [five("alpha", (0, 0.1, 0.2, 1 / 3, 2 / 3), None, None), local]),
-        "TERM": ("global", [five("t", (0.1, 0.5, 1, 2, 5), 0.01, 10), local]),
-        "FedLF": ("global", [five("server_lr", (0.01, 0.05, 0.1, 0.5, 1), 0.005, 2), local]),
-        "FedNL": ("global", [five("mu", (0.001, 0.01, 0.1, 1, 10), 1e-4, 100), server]),
-        "FedNew": ("global", [five("rho", (1, 10, 100, 1000, 10000), 0.1, 1e5), server]),
+        "q-FedAvg": ("global", [Axis("q", (0.01, 0.1, 1, 5, 10), 0.001, 20), local]),
+        "AFL": ("global", [Axis("lr_lambda", (0.001, 0.01, 0.1, 0.2, 0.5), 1e-4, 1.0), local]),
+        "FedFV": ("global", [Axis("alpha", (0, 0.1, 0.2, 1 / 3, 2 / 3), None, None), local]),
+        "TERM": ("global", [Axis("t", (0.1, 0.5, 1, 2, 5), 0.01, 10), local]),
+        "FedLF": ("global", [Axis("server_lr", (0.01, 0.05, 0.1, 0.5, 1), 0.005, 2), local]),
+        "FedNL": ("global", [Axis("mu", (0.001, 0.01, 0.1, 1, 10), 1e-4, 100), server]),
+        "FedNew": ("global", [Axis("rho", (1, 10, 100, 1000, 10000), 0.1, 1e5), server]),
         "DQN-Fed": ("global", [local]), "DQN-Fed (Thm 4.2 safeguard)": ("global", [local]),
-        "FedHEAL": ("global", [five("tau", (0.1, 0.2, 0.3, 0.4, 0.5), None, 0.7),
-                               five("beta", (0.2, 0.3, 0.4, 0.5, 0.6), None, 0.8), server, local]),
+        "FedHEAL": ("global", [Axis("tau", (0.1, 0.2, 0.3, 0.4, 0.5), None, 0.7), server, local]),
         "FedAvg-FT": ("personal", [server, local]), "Local-only": ("personal", [local]),
-        "Ditto": ("personal", [five("lam", (0.01, 0.1, 0.5, 2, 5), 0.001, 10), server, local]),
+        "Ditto": ("personal", [Axis("lam", (0.01, 0.1, 0.5, 2, 5), 0.001, 10), server, local]),
     }
 
 
-BASE_LR = {"FMNIST, 3 clients": 0.1, "FMNIST, 100 shards": 0.1, "FMNIST, Dirichlet": 0.1, "Adult": 0.01,
-           "Shakespeare": 0.8}
+def allowed_06(fed: str, method: str):
+    """The one check that refuses a configuration of the paper grid or of a declared step beyond it: Ditto's personal
+    step diverges once η·λ ≥ 2, η the local rate η₀·lr× (fairfl.algorithms.ditto.Ditto.check). Every other grid value
+    and step lies inside its option's bounds (FedHEAL τ ≤ 1, FedFV α and FedMGDA+ ε in [0, 1], rates > 0)."""
+    return (lambda p: p["lam"] * BASE_LR[fed] * p["lr×"] < 2) if method == "Ditto" else (lambda p: True)
 
 
-def extensions_under_the_stand_in_rule(fed: str, method: str, axes) -> int:
-    """1 where notebook 06 runs an edge extension for ``method`` on ``fed`` when every configuration ties (the
-    reader's stand-in: every criterion takes the first configuration of the design), else 0. The design is the
-    notebook's (protocol.latin_design, k = 5, seed 606) with the one check that refuses configurations on the
-    paper grid: Ditto's η·λ < 2 (fairfl.algorithms.ditto); its edge rule is protocol.extension."""
-    from fairfl.protocol import extension, latin_design, point_label
+def designs_06(fed: str) -> dict:
+    """Every method's paper design on ``fed``, by the notebook's declared rule: one shared (η, lr×) design
+    (protocol.shared_design(5)) and each method's own columns against it (protocol.method_design), Ditto's own column
+    the best that passes its check."""
+    from fairfl.protocol import SHARED, method_design, shared_design
+    shared = dict(zip(SHARED, shared_design(K_06)))
+    return {m: method_design(axes, K_06, shared, allowed=allowed_06(fed, m))
+            for m, (_, axes) in protocol_grids().items()}
 
-    def allowed(p):
-        return method != "Ditto" or p["lam"] * BASE_LR[fed] * p["lr×"] < 2
-    design = latin_design(axes, 5, 606, allowed=allowed)
-    assert len(design) == 5
-    ext = extension(axes, design[0])
-    labels = {point_label(p) for p in design}
-    return int(ext is not None and allowed(ext) and point_label(ext) not in labels)
+
+def extensions_under_the_stand_in_rule(fed: str, method: str, design) -> int:
+    """How many edge extensions notebook 06 runs for ``method`` on ``fed`` when every configuration ties (the
+    reader's stand-in: every criterion takes the first configuration of the design, so a second criterion adds
+    none): protocol.edge_extensions of that configuration (one per knob on an edge with a declared step beyond),
+    less any already a design point or refused by the method's check."""
+    from fairfl.protocol import edge_extensions, point_label
+    axes = protocol_grids()[method][1]
+    ok = allowed_06(fed, method)
+    labels = {point_label(p) for p in design.points}
+    return sum(1 for e in edge_extensions(axes, design.points[0]) if point_label(e) not in labels and ok(e))
 
 
 def test_06_one_protocol(paper):
     from fairfl.partition import PartitionSpec
     grids = protocol_grids()
-    feds = list(BASE_LR)
+    feds = FEDERATIONS_06
     # the tracks each federation tunes: the global one everywhere; the personal one where the best constant per
     # client scores below 99 %: not on "FMNIST, 3 clients", where each client holds one class (100 %)
     tracks = {f: {"global"} if f == "FMNIST, 3 clients" else {"global", "personal"} for f in feds}
     methods = {f: [m for m, (t, _) in grids.items() if t in tracks[f]] for f in feds}
-    assert [len(methods[f]) for f in feds] == [16, 19, 19, 19, 19]
+    # 17 global-track methods (FedAvg (uniform) new in 6.3, FedHEAL with β declared) + 3 personal ones
+    assert [len(methods[f]) for f in feds] == [17, 20, 20, 20, 20]                 # 97 (method, federation) pairs
 
     def round_steps(fed: str, seed: int) -> float:
         """Client steps of one round (the expected count where a round samples some clients)."""
         if fed == "FMNIST, 3 clients":      # 3 one-class clients, all every round, full batch: 1 step each
             return 3
-        if fed == "FMNIST, 100 shards":     # 2 shards of 300 = 600 images, 480 train, b = 50: 10 steps; 10 clients
-            return 10 * 10
+        if fed == "FMNIST, 100 shards":     # 2 shards of 300 = 600 images, 80 % = 480 train, b = 50: 10 steps;
+            return 10 * 10                  # 10 % of 100 clients = 10 a round
         if fed == "FMNIST, Dirichlet":      # 50 clients, Dir(0.5), split 60/20/20, min 250; b = 50; 5 clients a round
             train = sizes("fashion_mnist", PartitionSpec("dirichlet", num_clients=50, beta=0.5, split=(0.6, 0.2, 0.2),
-                                                         min_size=250, seed=seed))
+                                                         min_size=250, seed=seed, test_source="file"))
             return 5 * sum(epoch_steps(train, 50)) / 50
         if fed == "Adult":                  # 90 % of 32,148 and of 413 rows (10 % validation), b = 10
             return math.ceil(math.floor(0.9 * 32148) / 10) + math.ceil(math.floor(0.9 * 413) / 10)  # 2,894 + 38
@@ -222,27 +249,54 @@ def test_06_one_protocol(paper):
         return shakespeare_round(seed)
     rounds = {"FMNIST, 3 clients": 300, "FMNIST, 100 shards": 500, "FMNIST, Dirichlet": 500, "Adult": 500,
               "Shakespeare": 500}
-    per_run = {(f, s): rounds[f] * round_steps(f, s) for f in feds for s in [100, 101, *range(12)]}
+    per_run = {(f, s): rounds[f] * round_steps(f, s) for f in feds for s in [*TUNING_SEEDS_06, *range(12)]}
+    # a run's client steps over both tuning seeds, and over the reporting seeds
+    tuned = {f: sum(per_run[f, s] for s in TUNING_SEEDS_06) for f in feds}
+    reported = {f: sum(per_run[f, s] for s in REPORTING_SEEDS_06[f]) for f in feds}
 
-    # tuning: every tracked method's K = 5 configurations (each grid has more than 5 allowed points) × 2 tuning seeds
-    tuning = (sum(5 * 2 * len(methods[f]) for f in feds),                          # (16 + 4·19)·10 = 920
-              sum(5 * len(methods[f]) * per_run[f, s] for f in feds for s in (100, 101)))
-    # edge extensions (an estimate: from the stand-ins' tie): per method and federation at most one (every
-    # criterion takes the same first configuration), × 2 tuning seeds
-    ext = {f: sum(extensions_under_the_stand_in_rule(f, m, grids[m][1]) for m in methods[f]) for f in feds}
-    extensions = (2 * sum(ext.values()), sum(ext[f] * per_run[f, s] for f in feds for s in (100, 101)))
-    # reporting (an estimate): one chosen configuration per tracked method and federation × 12 seeds
-    final = (12 * sum(len(methods[f]) for f in feds),                               # 92·12 = 1,104
-             sum(len(methods[f]) * per_run[f, s] for f in feds for s in range(12)))
+    designs = {f: designs_06(f) for f in feds}
+    # tuning: every tracked method's K = 5 configurations (a Latin design: each of 5 values of every knob once, so
+    # 5 distinct points; Ditto's check changes its own column, not its budget) × both tuning seeds (paper: all methods)
+    assert all(len(designs[f][m].points) == K_06 and designs[f][m].refused == 0 for f in feds for m in methods[f])
+    tuning = (sum(K_06 * len(TUNING_SEEDS_06) * len(methods[f]) for f in feds),     # 97·5·2 = 970
+              sum(K_06 * len(methods[f]) * tuned[f] for f in feds))
+
+    # edge extensions (an estimate: from the stand-ins' tie), per method and federation one per edge knob of its
+    # first configuration, each on both tuning seeds. That configuration takes the shared design's first point,
+    # (η, lr×) = (0.25, 0.25), the lower edge of both: one extension per shared knob a method has, + its own knob's
+    # where its first value is an edge with a step beyond: q 0.01, γ_λ 0.001, t 0.1, FedLF's ηᵗ 0.01, FedNL's μ 0.001,
+    # FedNew's ρ 1 (FedFV's α = 0 is its bound; μ, ε, τ, λ start inside). Global track: 14 methods with two, FedFV,
+    # DQN-Fed and its safeguard one = 31; personal: FedAvg-FT 2, Local-only 1, Ditto 2 = 5 (on Shakespeare Ditto's
+    # own column starts at λ = 5, whose step λ = 10 has η·λ = 10·0.8·0.25 = 2 and is refused)
+    ext = {f: sum(extensions_under_the_stand_in_rule(f, m, designs[f][m]) for m in methods[f]) for f in feds}
+    assert [ext[f] for f in feds] == [31, 36, 36, 36, 36]
+    extensions = (len(TUNING_SEEDS_06) * sum(ext.values()),                        # 175·2 = 350
+                  sum(ext[f] * tuned[f] for f in feds))
+    # reporting (an estimate): one chosen configuration per tracked method and federation (mean-std takes the same
+    # first one) × the federation's 12 reporting seeds
+    final = (sum(len(REPORTING_SEEDS_06[f]) * len(methods[f]) for f in feds),      # 97·12 = 1,164
+             sum(len(methods[f]) * reported[f] for f in feds))
     check(paper["06"], {"tuning": tuning, "tuning#2": extensions, "final": final})
+    # the extensions' sweep is added to `tuning` (hence "tuning#2"); both it and the reporting one are chosen on the
+    # tuning sweep's (stand-in) results
     assert [(s.name, s.from_results) for s in paper["06"].sweeps] == [
         ("tuning", False), ("tuning#2", True), ("final", True)]
-    # bounds the estimate must respect whatever the results: extensions at most one per method, federation and
-    # criterion that chooses (FedAvg, FedFV and DQN-Fed have two), reporting at most two configurations for those
-    assert 0 <= extensions[0] <= 2 * (92 + 3 * 5) and 1104 <= final[0] <= 1104 + 12 * 3 * 5
+    # bounds the estimates must respect whatever the results (every federation speaking, no method diverging
+    # everywhere): at most one extension per knob of a method for each criterion that chooses for it ("mean", and
+    # mean-std for the three claimed methods), each on both tuning seeds — per federation 36 knobs of the 17 global
+    # methods + 5 of the claimed ones' second choice, + 6 personal knobs off the 3 clients: 2·(5·41 + 4·6) = 458;
+    # reporting one configuration per tracked method (97·12 = 1,164), at most two for the claimed ones (+ 3·5·12)
+    criteria = lambda m: 1 + (m in CLAIMED_06)                                     # noqa: E731
+    most = len(TUNING_SEEDS_06) * sum(criteria(m) * len(grids[m][1]) for f in feds for m in methods[f])
+    fewest_reported = sum(len(REPORTING_SEEDS_06[f]) * len(methods[f]) for f in feds)
+    second = sum(len(REPORTING_SEEDS_06[f]) for f in feds for m in methods[f] if m in CLAIMED_06)
+    assert (most, fewest_reported, second) == (458, 1164, 180)
+    assert 0 <= extensions[0] <= most and fewest_reported <= final[0] <= fewest_reported + second
 
 
 def test_every_sweep_but_06s_dependent_ones_is_exact(paper):
+    # notebook 06's tuning sweep comes from its settings alone; its edge extensions ("tuning#2", added to `tuning`)
+    # and its reporting sweep ("final") are chosen on the tuning runs' validation scores: built from stand-ins
     for number, read in paper.items():
         flagged = [s.name for s in read.sweeps if s.from_results]
         assert flagged == (["tuning#2", "final"] if number == "06" else []), (number, flagged)
@@ -254,7 +308,7 @@ def test_the_sizes_used_are_the_clients_federate_builds():
     from fairfl.partition import PartitionSpec, federate, train_sizes
     for dataset, spec, options in [
             ("fashion_mnist", PartitionSpec("dirichlet", num_clients=50, beta=0.5, split=(0.6, 0.2, 0.2), min_size=250,
-                                            seed=3), {}),
+                                            seed=3, test_source="file"), {}),
             ("shakespeare", PartitionSpec("natural", num_clients=31, seed=1), {"max_samples": 2000})]:
         ds = load_dataset(dataset, **options)
         assert list(train_sizes(ds, spec)) == [len(c.y_train) for c in federate(ds, spec).clients]
