@@ -41,9 +41,10 @@ every reporting seed) but counts one chosen configuration per method and federat
 possible: where the ``mean-std`` criterion chooses another configuration than ``mean`` (FedAvg,
 FedFV, DQN-Fed) the notebook trains that one's seeds too, and a federation whose trained reference
 fails to beat the constant predictor reports nothing. The extension count can be anything from none
-to one per method, federation and criterion. Against notebook 06's one measured run (its quick
-profile, ``benchmarks/README.md``: 219 tuning runs, 60 edge extensions, 740 reported runs) this rule
-counts 219, 30 and 730 (of the paper profile: 920, 182 and 1,104). A sweep is flagged as soon as any result was read before
+to one per knob, method, federation and criterion. Against notebook 06's one measured run of its
+quick profile (protocol 6.2, ``benchmarks/README.md``: 219 tuning runs, 60 edge extensions, 740
+reported runs) the rule then counted 219, 30 and 730; under protocol 6.3 it counts the paper profile
+as 970, 350 and 1,164 (``tests/test_paper_cost.py`` derives them by hand). A sweep is flagged as soon as any result was read before
 it was asked for (conservative: a later sweep that did not use those results is flagged too); a
 result read that a stand-in cannot answer raises :class:`StandInError`, reported per statement.
 
