@@ -36,7 +36,7 @@ from typing import Mapping
 from .atomic import atomic_write
 from .errors import FairFLError
 
-from .profiles import CHECKED_PROFILES, PROFILES  # noqa: F401 - PROFILES: read here by older code
+from .profiles import CHECKED_PROFILES, PROFILES  # noqa: F401 - PROFILES re-exported (importable from here as before)
 HOLDS, NOT_REPRODUCED, FAILED, STALE, NOT_CHECKED, OVERRIDDEN, NOT_RUN = (
     "holds", "not reproduced (documented)", "FAILED", "holds, but a deviation is documented (stale)", "not checked",
     "not checked (parameters overridden)", "not checked (part not run)")

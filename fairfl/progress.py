@@ -161,22 +161,21 @@ class SweepProgress:
             return [self.folders[i] for i in sorted(self.started - self.ended)]
 
 
-    def _state(self) -> tuple[int, str]:
-        """Rounds done, and the postfix that says what is happening."""
+    def _state(self) -> tuple[int, str, bool]:
+        """Rounds done, the postfix that says what is happening, and whether every run has ended."""
         with self._lock:
             n, ended, started = sum(self.done), len(self.ended), len(self.started | self.ended)
         runs = f"{ended}/{len(self.folders)} runs done"
         if ended == len(self.folders):
-            return n, runs
-        return n, (f"training, {runs}" if started else self.STARTING)
+            return n, runs, True
+        return n, (f"training, {runs}" if started else self.STARTING), False
 
     def _refresh(self) -> None:
         if self.bar is None:
             return
-        n, postfix = self._state()
-        with self._lock:
-            if len(self.ended) == len(self.folders):
-                return      # the final state is close()'s to draw, once (the watcher saw every run end first)
+        n, postfix, final = self._state()
+        if final:
+            return      # the final state is close()'s to draw, once (the watcher saw every run end first)
         moved = postfix != self._postfix          # a new phase is shown at once, whatever mininterval says
         self._postfix = postfix
         self.bar.set_postfix_str(postfix, refresh=False)
@@ -200,7 +199,7 @@ class SweepProgress:
         if self.bar is not None:
             # the final state drawn once, by close() (at the overall rate): drawing it here too
             # (update, refresh) printed the last line up to three times, each with another rate
-            n, postfix = self._state()
+            n, postfix, _ = self._state()
             self.bar.set_postfix_str(postfix, refresh=False)
             self.bar.n = n
             self.bar.close()

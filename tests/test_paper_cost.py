@@ -98,7 +98,8 @@ def test_01_fedmgda_eps(paper):
 
 def test_02_attacks(paper):
     # Adult, two clients (non-PhD, PhD) both every round, b = 10, 500 rounds. Training rows, true split: the
-    # 32,561 rows of adult.data, 413 of them PhD (REPRODUCTION.md) -> 32,148 / 413 -> 3,215 + 42 steps a round.
+    # 32,561 rows of adult.data (UCI Adult's training file), 413 of them PhD (the "phd" domain of
+    # fairfl/data/adult.py) -> 32,148 / 413 -> 3,215 + 42 steps a round.
     # The official code's reading keeps int(0.8 n) of each (fairfl.partition.as_in_fedmgda_code): 25,718 / 330
     # -> 2,572 + 33 steps. "PhD only" trains the PhD client alone.
     true_both, true_phd = 500 * (3215 + 42), 500 * 42
