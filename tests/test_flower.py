@@ -6,7 +6,8 @@ training loss averaged over the clients that hold it).
 
 One simulation serves every experiment (the ServerApp runs them one after the other on the same
 six nodes, FMGDA's MultiMNIST experiment included: a node loads each experiment's data for its
-client): starting Ray and its workers is most of the cost.
+client): starting Ray and its workers is most of the cost. It runs as a researcher runs it, from a
+script, and its output, read from the pipes, is checked for the noise fairfl keeps out of it.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -78,16 +80,45 @@ CONFIGS["fmgda"] = BASE.replace(
 ATOL = 1e-6
 
 
+# Every experiment in one simulation, as a researcher runs it from a script: its results saved for the
+# tests, its output read from the pipes and the nodes' own logs from Ray's folder.
+SIMULATION = """
+import sys
+import torch
+sys.path.insert(0, sys.argv[1])
+from test_flower import CONFIGS
+from fairfl.flower import run_simulation
+runs = run_simulation(*CONFIGS.values(), num_cpus=2)
+torch.save({name: (run.params, run.history) for name, run in zip(CONFIGS, runs)}, sys.argv[2])
+print("rounds done:", sorted({run.history.rounds_done for run in runs}))
+"""
+
+
 @pytest.fixture(scope="module")
-def flower_runs(fmnist, one_ray_at_a_time):
-    ray = pytest.importorskip("ray")
-    from fairfl.flower import run_simulation
+def flower_simulation(fmnist, one_ray_at_a_time, tmp_path_factory):
+    """The simulation's runs by name, its output (stdout and stderr) and its nodes' logs."""
+    pytest.importorskip("ray")
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ray"))     # short: Ray's socket paths must fit in 107 bytes
+    saved = tmp_path_factory.mktemp("flower") / "runs.pt"
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "RAY_COLOR_PREFIX", "FLWR_LOG_LEVEL")}
     try:
-        runs = run_simulation(*CONFIGS.values(), num_cpus=2)
+        r = subprocess.run([sys.executable, "-c", SIMULATION, str(Path(__file__).parent), str(saved)],
+                           capture_output=True, text=True, timeout=900, env={**env, "RAY_TMPDIR": str(ray_tmp)})
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out
+        nodes = [p for p in ray_tmp.glob("ray/session_*/logs/worker-*") if p.is_file()]
+        assert nodes, sorted(str(p) for p in ray_tmp.rglob("*"))[:20]
+        said = "".join(p.read_text(errors="replace") for p in nodes)
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
-    return dict(zip(CONFIGS, runs))
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    runs = {name: SimpleNamespace(params=params, history=history)
+            for name, (params, history) in torch.load(saved, weights_only=False).items()}
+    return runs, r.stdout, out, said
+
+
+@pytest.fixture(scope="module")
+def flower_runs(flower_simulation):
+    return flower_simulation[0]
 
 
 @pytest.fixture(scope="module")
@@ -216,36 +247,14 @@ def test_report_round_trip_keeps_every_field():
     assert back.held.tolist() == [[True, False], [True, False]] and back.shared.tolist() == rows[0].shared.tolist()
 
 
-# A one-round simulation as a researcher runs it from a script, its output read from the pipes.
-ONE_ROUND = """
-from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.flower import run_simulation
-cfg = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1)}, model="logreg",
-                       partition=PartitionSpec("iid", num_clients=2), rounds=1, clients_per_round=2,
-                       local=LocalTraining(batch_size=50, lr=0.05))
-(run,) = run_simulation(cfg, num_cpus=2)
-print("rounds done:", run.history.rounds_done)
-"""
-
-
 @pytest.mark.slow
-def test_a_simulation_shows_flowers_log_without_the_noise(fmnist, one_ray_at_a_time):
+def test_a_simulation_shows_flowers_log_without_the_noise(flower_simulation):
     """No deprecation notice of the run_simulation fairfl calls on purpose, no Ray FutureWarning,
-    no ANSI colour codes in a pipe, no "Manually terminating ClientAppActor": neither here nor in
-    the nodes' own output, which Ray forwards to the driver for as long as it runs."""
-    ray_tmp = Path(tempfile.mkdtemp(prefix="ray"))     # short: Ray's socket paths must fit in 107 bytes
-    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "RAY_COLOR_PREFIX", "FLWR_LOG_LEVEL")}
-    try:
-        r = subprocess.run([sys.executable, "-c", ONE_ROUND], capture_output=True, text=True, timeout=600,
-                           env={**env, "RAY_TMPDIR": str(ray_tmp)})
-        out = r.stdout + r.stderr
-        assert r.returncode == 0, out
-        assert "rounds done: 1" in r.stdout and "[ROUND 1/1]" in out, out     # Flower's log of the rounds is kept
-        for noise in ("deprecated", "DEPRECATED", "FutureWarning", "Manually terminating", "\x1b["):
-            assert noise not in out, (noise, out)
-        nodes = [p for p in ray_tmp.glob("ray/session_*/logs/worker-*") if p.is_file()]
-        assert nodes, sorted(str(p) for p in ray_tmp.rglob("*"))[:20]
-        said = "".join(p.read_text(errors="replace") for p in nodes)
-        assert "Manually terminating" not in said and "\x1b[" not in said, said
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    no ANSI colour codes in a pipe, no "Manually terminating ClientAppActor": neither in the
+    script's output nor in the nodes' own output, which Ray forwards to the driver for as long as
+    it runs."""
+    _, stdout, out, nodes = flower_simulation
+    assert "rounds done: [3]" in stdout and "[ROUND 3/3]" in out, out       # Flower's log of the rounds is kept
+    for noise in ("deprecated", "DEPRECATED", "FutureWarning", "Manually terminating", "\x1b["):
+        assert noise not in out, (noise, out)
+    assert "Manually terminating" not in nodes and "\x1b[" not in nodes, nodes

@@ -572,7 +572,13 @@ def test_a_newcomers_first_afternoon_in_a_fresh_clone(browser, tmp_path, request
     algorithm written in two cells of 06 and swept with two seeds in the kernel (saying so in one
     line), and one exploration from the terminal (`-p rounds=3`). No traceback anywhere (terminal,
     cells), every notebook's first output its header line, the reproduced figures unchanged by the
-    exploration, and at the end no tracked file changed: `git status` and `git diff` empty."""
+    exploration, and at the end no tracked file changed: `git status` and `git diff` empty.
+    `make lab`'s arguments reach the server, whose file browser is the repository root and opens in
+    notebooks/ (before, ARGS were ignored and it served notebooks/ only). The notebooks saved with
+    their outputs pass the stored-notebook tests of `make test`; `normalise_notebooks.py --help`
+    rewrites nothing, and without the clean filter `--check` names both notebooks and a rewrite
+    restores the committed file (before: no filter, ` M notebooks/00_tour.ipynb`, the stored-notebook
+    tests failed, and --help stripped every notebook)."""
     import hashlib
 
     from clone import environment, fresh_clone
@@ -613,6 +619,7 @@ def test_a_newcomers_first_afternoon_in_a_fresh_clone(browser, tmp_path, request
     try:
         _wait(browser, lambda d: _up(url, token) or server.poll() is not None, 240, "make lab's JupyterLab")
         assert server.poll() is None, (tmp_path / "make-lab.log").read_text()[-3000:]
+        _serves_the_repository_root(url, token)
         for path in ("notebooks/00_tour.ipynb", "notebooks/06_one_protocol.ipynb"):
             _open_and_run_all(browser, url, token, path)
             outputs = _cell_outputs(browser)
@@ -645,7 +652,12 @@ def test_a_newcomers_first_afternoon_in_a_fresh_clone(browser, tmp_path, request
     explored = shell("fairfl", "reproduce", "00", "--profile", "smoke", "-p", "rounds=3")
     assert "ok      00_tour.ipynb" in explored and "outputs/smoke/explore/rounds=3/00_tour.ipynb" in explored, explored
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in smoke.iterdir()} == reproduced
-    assert (clone / "outputs" / "smoke" / "explore" / "rounds=3" / "00_tour_curves.png").is_file()
+    explored_curves = clone / "outputs" / "smoke" / "explore" / "rounds=3" / "00_tour_curves.png"
+    assert hashlib.sha256(explored_curves.read_bytes()).hexdigest() != reproduced["00_tour_curves.png"]  # 3 rounds, not 2
+    executed = json.loads((explored_curves.parent / "00_tour.ipynb").read_text())
+    printed = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
+    (where,) = re.findall(r"figures -> (\S+)", printed)                   # the header line names its folder
+    assert Path(where).resolve() == explored_curves.parent.resolve(), where
 
     # nothing tracked changed: git sees the saved notebooks as committed (its index refreshed by make lab's hook)
     deadline = time.time() + 120
@@ -653,6 +665,41 @@ def test_a_newcomers_first_afternoon_in_a_fresh_clone(browser, tmp_path, request
         time.sleep(1)
     assert _git(clone, "status", "--porcelain", "--untracked-files=no") == ""
     assert _git(clone, "diff") == "" and _git(clone, "diff", "HEAD", "--stat") == ""
+
+    # what `make test` reads of the stored notebooks passes on the ones saved with their outputs
+    shell(".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_notebooks.py",
+          "tests/test_scripts.py", "-k", "00_tour or normalise or stored_python")
+    tour = clone / "notebooks" / "00_tour.ipynb"
+    before = tour.read_bytes()
+    said = shell(".venv/bin/python", "scripts/normalise_notebooks.py", "--help")
+    assert said.startswith("usage: normalise_notebooks.py") and "--check" in said, said
+    assert tour.read_bytes() == before                                        # --help rewrote nothing
+    _git(clone, "config", "--unset", "filter.fairfl-notebook.clean")
+    r = subprocess.run([".venv/bin/python", "scripts/normalise_notebooks.py", "--check"], cwd=clone, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stdout.strip() == "would change: 00_tour.ipynb, 06_one_protocol.ipynb", r.stdout
+    said = shell(".venv/bin/python", "scripts/normalise_notebooks.py", "notebooks/00_tour.ipynb")
+    assert said.strip() == "rewritten: 00_tour.ipynb", said
+    assert _git(clone, "diff", "HEAD", "--stat", "--", "notebooks/00_tour.ipynb") == ""   # the committed file again
+
+
+def _serves_the_repository_root(url: str, token: str) -> None:
+    """The server `make lab ARGS=...` started: its file browser at the repository root (figures/
+    beside notebooks/), and the landing page in notebooks/."""
+    import urllib.error
+    with urllib.request.urlopen(f"{url}/api/contents?token={token}", timeout=10) as r:
+        names = {item["name"] for item in json.load(r)["content"]}
+    assert {"notebooks", "figures", "README.md", "Makefile"} <= names, names
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+    try:
+        urllib.request.build_opener(NoRedirect).open(f"{url}/?token={token}", timeout=10)
+        where = None
+    except urllib.error.HTTPError as e:
+        where = e.headers.get("Location")
+    assert where is not None and where.split("?")[0].endswith("/lab/tree/notebooks"), where
 
 
 def _up(url: str, token: str) -> bool:

@@ -33,10 +33,13 @@ SMOKE: dict[str, tuple[list[str], str]] = {
     # the character LSTM's reference and stacked paths at N = 1 and 2, one step each
     "benchmarks/lstm_speed.py": (["--smoke"], "stacked / reference at N = 2: "),
     "benchmarks/minnorm_speed.py": (["--reps", "1"], "speed-up of the fast solver vs cvxpy at m=100"),  # instant
-    # every notebook's smoke profile read and counted, each kind of client step timed for 2 rounds
     # every notebook's smoke sweeps read and counted, nothing trained
     "benchmarks/notebook_sweeps.py": (["--smoke"], "06_one_protocol (smoke): 3 sweep(s), "),
-    "benchmarks/paper_cost.py": (["--smoke", "--out", "{tmp}/cost.json"], "paper_cost: 7 notebook(s), "),
+    # notebook 04's smoke profile read and counted, its two kinds of client step timed for 2 rounds: a batched
+    # one (the MLP) and an unbatched one (Shakespeare's LSTM). Every notebook's reading is tested by
+    # tests/test_paper_cost.py (paper) and by notebook_sweeps.py's entry above (smoke)
+    "benchmarks/paper_cost.py": (["--smoke", "--notebooks", "04", "--out", "{tmp}/cost.json"],
+                                 "paper_cost: 1 notebook(s), "),
     # real pfl from .pfl/ (`make test` installs it first: benchmarks/pfl_setup.sh), both sides once
     "benchmarks/pfl_round.py": (["--smoke", "--compare", "1"], "fairfl (2 threads) vs pfl (2 processes): "),
     "benchmarks/ray_throughput.py": (["--smoke"], "| RayBackend"),
