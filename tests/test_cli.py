@@ -207,21 +207,6 @@ def test_ctrl_c_during_reproduce_says_one_line_and_keeps_the_last_good_notebook(
     assert "without encryption" not in text                                # the kernel's start-up noise
 
 
-@pytest.mark.slow
-def test_a_failed_reproduce_keeps_the_last_good_notebook(tmp_path):
-    nb = _notebook(tmp_path / "94_flaky.ipynb", "import os\nassert os.environ['FLAKY'] == 'no', 'broken on purpose'\n"
-                                                 "print('fine')")
-    out = tmp_path / "out"
-    assert fairfl("reproduce", str(nb), "--profile", "quick", "--output", str(out), env={"FLAKY": "no"}).returncode == 0
-    good = (out / "quick" / "94_flaky.ipynb").read_bytes()
-    r = fairfl("reproduce", str(nb), "--profile", "quick", "--output", str(out), env={"FLAKY": "yes"})
-    assert r.returncode == 1 and "FAILED  94_flaky.ipynb" in r.stdout and "94_flaky.failed.ipynb" in r.stdout
-    assert (out / "quick" / "94_flaky.ipynb").read_bytes() == good
-    assert (out / "quick" / "94_flaky.failed.ipynb").is_file()
-    assert fairfl("reproduce", str(nb), "--profile", "quick", "--output", str(out), env={"FLAKY": "no"}).returncode == 0
-    assert not (out / "quick" / "94_flaky.failed.ipynb").exists()          # a good run clears the failed one
-
-
 def test_an_unknown_parameter_is_refused_before_anything_runs(tmp_path):
     out = tmp_path / "out"
     r = fairfl("reproduce", "00", "-p", "round=2", "--output", str(out))
@@ -384,7 +369,8 @@ STAGED = ["import os\nfrom pathlib import Path\nimport matplotlib.pyplot as plt\
 def test_a_failed_reproduce_leaves_the_last_good_figures_whole_and_each_exploration_its_folder(tmp_path):
     """A notebook that draws its figure and writes a table, then fails: under `reproduce` both were
     staged, so the figures folder keeps the last good run's files byte for byte and the failed
-    run's are kept beside its failed notebook (`<name>.failed.figures/`), both said in its line.
+    run's are kept beside its failed notebook (`<name>.failed.figures/`), both said in its line;
+    the last good executed notebook is kept, and the next good run clears the failed one.
     Two explorations (`-p label=…`) get two folders named by their settings, and an interrupted or
     failed one is kept in its own folder."""
     nb = nbformat.v4.new_notebook()
@@ -401,7 +387,8 @@ def test_a_failed_reproduce_leaves_the_last_good_figures_whole_and_each_explorat
     title.write_text("first")
     r = _reproduce(str(path), "--profile", "smoke", "--quiet", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    good = _checksums(figures)
+    executed, failed = outputs / "smoke" / "98_staged.ipynb", outputs / "smoke" / "98_staged.failed.ipynb"
+    good, good_notebook = _checksums(figures), executed.read_bytes()
     assert set(good) == {"smoke/98_staged.png", "smoke/98_staged.pdf", "smoke/98_staged.csv"}, good
     assert not list(outputs.rglob(".*partial*"))                          # nothing staged is left behind
     from fairfl.engine.cores import describe_machine
@@ -414,12 +401,17 @@ def test_a_failed_reproduce_leaves_the_last_good_figures_whole_and_each_explorat
     r = _reproduce(str(path), "--profile", "smoke", "--quiet", env=env)
     assert r.returncode == 1 and "FAILED  98_staged.ipynb" in r.stdout, r.stdout + r.stderr
     assert "the last good figures are unchanged" in r.stdout and "98_staged.failed.figures" in r.stdout, r.stdout
+    assert "98_staged.failed.ipynb" in r.stdout and failed.is_file()       # the failed run's notebook, beside
+    assert executed.read_bytes() == good_notebook                         # the last good notebook, kept
     assert _checksums(figures) == good                                    # whole: the last good set
     drawn = _checksums(outputs / "smoke" / "98_staged.failed.figures")
     assert set(drawn) == {"98_staged.png", "98_staged.pdf", "98_staged.csv"}
     assert drawn["98_staged.png"] != good["smoke/98_staged.png"]          # the failed run's own figure
 
     fail.unlink()
+    r = _reproduce(str(path), "--profile", "smoke", "--quiet", env=env)
+    assert r.returncode == 0 and not failed.exists(), r.stdout + r.stderr   # a good run clears the failed one
+    good = _checksums(figures)
     for label in ("a", "b"):
         r = _reproduce(str(path), "--profile", "smoke", "-p", f"label={label}", "--quiet", env=env)
         assert r.returncode == 0, r.stdout + r.stderr
