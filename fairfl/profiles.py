@@ -15,7 +15,7 @@ NOTEBOOK_SECONDS: dict[tuple[str, str], float] = {
     ("00", "smoke"): 19, ("01", "smoke"): 31, ("02", "smoke"): 66, ("03", "smoke"): 11, ("04", "smoke"): 52,
     ("05", "smoke"): 18, ("06", "smoke"): 117,
     ("00", "quick"): 180, ("01", "quick"): 3650, ("02", "quick"): 1616, ("03", "quick"): 1524,
-    ("04", "quick"): 2956, ("05", "quick"): 1340, ("06", "quick"): 2624,
+    ("04", "quick"): 2956, ("05", "quick"): 1340, ("06", "quick"): 2408,
     ("03", "paper"): 8220,
 }
 
