@@ -315,25 +315,35 @@ def test_a_pool_thread_computes_on_one_intra_op_thread_whatever_count_its_caller
 def test_ctrl_c_while_threads_compute_returns_once_every_task_under_way_has_ended():
     """A real SIGINT while the caller waits for a helper thread: the KeyboardInterrupt reaches the
     caller only after the helper's task has ended (the caller's ``finally`` then switches the model's
-    mode back with no forward pass still running in it). Fails with the interrupt raised at once."""
+    mode back with no forward pass still running in it). Fails with the interrupt raised at once.
+    Events, not a race: the helper's task goes on until the interrupt has reached the caller (its
+    handler ran), so the signal always lands while the caller is inside ``parallel``, however slow
+    the machine; and for half a second more, so that a caller that raised at once would see it
+    running (a busy machine can only make that check pass more slowly, never fail)."""
     out = _python("""
         import os, signal, threading, time
         from fairfl.engine import cores
         cores.set_threads(2)
-        started, ended, helping = set(), set(), threading.Event()
+        cores.parallel([lambda: None] * 2)     # the pool's thread started (an interrupt inside Python's
+                                               # ThreadPoolExecutor while it starts one leaves it unjoinable)
+        started, ended, helping, handled = set(), set(), threading.Event(), threading.Event()
+        def on_sigint(signum, frame):          # what Python does on Ctrl-C, and a record that it did
+            handled.set()
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGINT, on_sigint)
         def task(i):
-            started.add(i)
-            try:
+            try:                               # (an interrupt may land in this task: it ended, then)
+                started.add(i)
                 if threading.current_thread().name.startswith("fairfl-core"):
-                    helping.set()              # the helper's task is long
-                    time.sleep(1.5)
+                    helping.set()              # the helper's task is long: it ends after the interrupt
+                    handled.wait(60)
+                    time.sleep(0.5)
                 else:                          # the caller's wait for it, so that it is waiting when Ctrl-C lands
-                    helping.wait(30)
+                    helping.wait(60)
             finally:
                 ended.add(i)
         def interrupt():
-            helping.wait(30)
-            time.sleep(0.3)
+            helping.wait(60)
             os.kill(os.getpid(), signal.SIGINT)
         threading.Thread(target=interrupt, daemon=True).start()
         try:

@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
@@ -301,8 +301,14 @@ def parallel(tasks: Sequence[Callable[[], T]], costs: Sequence[float] | None = N
     lock = threading.Lock()
     position = iter(order)
     errors: list[BaseException] = []
+    # work() calls under way, the caller's and the helpers': what an interrupted caller waits for. A
+    # helper counts itself before it takes a task, so none computes unseen; one that starts after the
+    # caller stopped finds ``errors`` set and takes no task.
+    busy, computing = threading.Condition(), [0]
 
     def work() -> None:
+        with busy:
+            computing[0] += 1
         _local.inside = True
         try:
             while True:
@@ -318,20 +324,27 @@ def parallel(tasks: Sequence[Callable[[], T]], costs: Sequence[float] | None = N
                         errors.append(e)
         finally:
             _local.inside = False
+            with busy:
+                computing[0] -= 1
+                busy.notify_all()
 
-    helpers = _submit(max(usable_cores(), width - 1), work, width - 1)
+    helpers: list = []
     try:
+        # submitted inside the try: a helper may take a task at once, before the caller is back
+        helpers = _submit(max(usable_cores(), width - 1), work, width - 1)
         with one_thread():
             work()
         for h in helpers:
             h.result()
     except BaseException as e:  # noqa: BLE001 - an interrupt while the helpers compute
-        # Ctrl-C lands in this thread, possibly while it waits: no new task may start, and the caller
-        # must not go on (its ``finally`` switches the model's mode back, say) while a helper still
-        # computes with the caller's model. (Not under ``lock``: the interrupt may have left it held.
-        # A list's append is atomic, and the helpers read ``errors`` before taking each task.)
+        # Ctrl-C lands in this thread, possibly while it waits, or while it submits the helpers: no
+        # new task may start, and the caller must not go on (its ``finally`` switches the model's mode
+        # back, say) while a helper still computes with the caller's model. (Not under ``lock``: the
+        # interrupt may have left it held. A list's append is atomic, and the helpers read ``errors``
+        # before taking each task.)
         errors.append(e)
-        wait(helpers)
+        with busy:
+            busy.wait_for(lambda: computing[0] == 0)
         raise
     _record(width, time.perf_counter() - start)
     if errors:
