@@ -1,6 +1,8 @@
 """DQN-Fed (Mohajer Hamidi, TMLR): Theorem 4.1, the closed-form weights against the min-norm
 solver, the L-BFGS product against a dense BFGS matrix, the guards, and the client side on real
 Fashion-MNIST (gradients, rates, resume with the previous global model in the checkpoint)."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -201,6 +203,30 @@ def test_safeguard_is_eq17_when_the_condition_holds_or_no_curvature_is_known():
     assert theorem_4_2_scale(3.0, d, torch.tensor([1.0, -0.5]), torch.ones(2)) == 0.0   # cannot descend by scaling
     with pytest.raises(ValueError, match="dqn_curvature"):
         DQNFed(step="eq17_safeguarded").aggregate(_reports(torch.eye(2), torch.ones(2)), None, Context(round=0))
+
+
+
+def test_safeguard_keeps_the_last_curvature_through_a_round_without_a_pair():
+    # near stationarity the steps shrink until no client resolves a pair above rounding (L̂ₖ = 0 for all): the
+    # step of that round must still be held to Theorem 4.2 with the last round's L̂, not left unguarded — on
+    # Fashion-MNIST such a round took eq. (17)'s whole step and the training loss went from 0.33 to 399
+    reports, f = _quadratic_clients(1e-3)
+    safe = DQNFed(step="eq17_safeguarded")
+    first = safe.aggregate(reports, None, Context(round=1))
+    assert first.state.curvature == 5.0 and 0 < first.info["safeguard"] < 1
+    blind = replace(reports, extras={**reports.extras, "dqn_curvature": torch.zeros(2, dtype=torch.float64)})
+    second = safe.aggregate(blind, first.state, Context(round=2))
+    assert second.info["curvature"] == 5.0 and second.state.curvature == 5.0
+    assert second.info["safeguard"] == first.info["safeguard"]
+    theta = torch.zeros(2, dtype=torch.float64)
+    assert all(f(k, theta - second.direction) < f(k, theta) for k in range(2))
+    # a new estimate replaces the old one (L is estimated along the trajectory, not its running maximum)
+    lower = replace(reports, extras={**reports.extras, "dqn_curvature": torch.tensor([1.0, 3.0], dtype=torch.float64)})
+    assert safe.aggregate(lower, second.state, Context(round=3)).state.curvature == 3.0
+    # without any estimate yet (round 0) the step is eq. (17)'s
+    assert safe.aggregate(blind, None, Context(round=0)).info["safeguard"] == 1.0
+    # the fix reaches the safeguarded step's cache keys (2); the rounding rule of the pairs, every step's (1)
+    assert safe.revision() == 2 and DQNFed().revision() == 1 and DQNFed(step="algorithm1").revision() == 1
 
 
 # ----------------------------------------------------------------------------- BFGS
