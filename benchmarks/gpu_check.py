@@ -125,8 +125,12 @@ class Context:
             if "seconds" not in entry and entry["name"] in report.get("partial", {}):
                 entry["result"], entry["incomplete"] = report["partial"][entry["name"]], "under way (or stopped from outside)"
         report.pop("partial", None)
-        (self.out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
-        (self.out / "gpu_check.md").write_text(markdown(report))
+        # atomically: a limit (SIGTERM) that strikes while a row is being written must leave the last report whole,
+        # not a truncated file (an empty gpu_check.json was read once on a busy machine)
+        from fairfl.atomic import atomic_write
+        text, md = json.dumps(report, indent=1, default=str), markdown(report)
+        atomic_write(self.out / "gpu_check.json", lambda p: p.write_text(text))
+        atomic_write(self.out / "gpu_check.md", lambda p: p.write_text(md))
 
     def row_done(self, section: str, result, line: str) -> None:
         """A row of ``section`` done: kept in the partial result, written, and said on one line."""
