@@ -205,7 +205,6 @@ def test_safeguard_is_eq17_when_the_condition_holds_or_no_curvature_is_known():
         DQNFed(step="eq17_safeguarded").aggregate(_reports(torch.eye(2), torch.ones(2)), None, Context(round=0))
 
 
-
 def test_safeguard_keeps_the_last_curvature_through_a_round_without_a_pair():
     # near stationarity the steps shrink until no client resolves a pair above rounding (L̂ₖ = 0 for all): the
     # step of that round must still be held to Theorem 4.2 with the last round's L̂, not left unguarded — on
