@@ -896,7 +896,18 @@ def main() -> None:
     ap.add_argument("--items", nargs="*", default=None, help=argparse.SUPPRESS)        # model:b of section 3
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)          # the FAIRFL_EXACT=0 child
     ap.add_argument("--stacked-budget", type=float, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--budget", action="append", default=[], metavar="SECTION=SECONDS",
+                    help="another budget for a section, e.g. profiles=200 in a second call that reruns it alone")
     args = ap.parse_args()
+    extra_budgets = {}
+    for item in args.budget:
+        name, _, seconds = item.partition("=")
+        try:
+            if name not in SECTIONS or float(seconds) <= 0:
+                raise ValueError
+        except ValueError:
+            ap.error(f"--budget {item!r}: expected SECTION=SECONDS with SECTION one of {', '.join(SECTIONS)}")
+        extra_budgets[name] = float(seconds)
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.setdefault("MPLBACKEND", "Agg")
     scratch = Path(tempfile.mkdtemp(prefix="gpu-check-"))       # nothing the check trains or draws lands in the repository
@@ -923,6 +934,7 @@ def main() -> None:
     budgets = dict(SMOKE_BUDGETS if args.smoke else BUDGETS)
     if args.stacked_budget:
         budgets["stacked"] = args.stacked_budget
+    budgets.update(extra_budgets)
     t0 = time.perf_counter()
     for name in SECTIONS:
         if name in args.sections:
