@@ -133,3 +133,18 @@ def test_the_families_cpu_half_comes_from_the_bundle_only_when_computed_from_thi
     tests = json.loads((tmp_path / "b" / "gpu_check.json").read_text())["sections"][0]["result"]
     assert "of other code" in tests["families"]["CPU half"]
     assert all(isinstance(row["cpu s"], float) for row in tests["families"]["rows"].values())
+
+
+def test_a_second_call_gives_a_section_another_budget_and_a_bad_one_fails_before_any(tmp_path, monkeypatch):
+    """``--budget profiles=215``: a second call on a lent GPU reruns one section with the time the first
+    call's budget cut short (the profiles section read 3 of 7 notebooks in 60 s on an H200)."""
+    budgets = []
+    monkeypatch.setattr(gpu_check, "run_section", lambda ctx, name, budget: budgets.append((name, budget)))
+    _main(monkeypatch, str(tmp_path / "out"), "--device", "cpu", "--sections", "round", "profiles",
+          "--budget", "profiles=215")
+    assert budgets == [("round", gpu_check.BUDGETS["round"]), ("profiles", 215.0)]
+    for bad in ("profile=20", "profiles=0", "profiles=soon", "profiles"):
+        with pytest.raises(SystemExit) as exit_:
+            _main(monkeypatch, str(tmp_path / "bad"), "--device", "cpu", "--budget", bad)
+        assert exit_.value.code == 2
+    assert len(budgets) == 2 and not (tmp_path / "bad").exists()
