@@ -30,10 +30,10 @@ test: setup pfl-env
 #   make lab ARGS="--no-browser --ip=0.0.0.0 --port=8888"
 # jupyter lab refuses to run as root unless told: CI containers and fresh machines often are root
 ARGS ?=
-# The post-save hook keeps `git status` clean after Run All and save (fairfl.notebook.refresh_git_index).
+# The post-save hook keeps `git status` clean after Run All and save (fairfl.studies.notebook.refresh_git_index).
 lab: setup
 	.venv/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks \
-	  --FileContentsManager.post_save_hook=fairfl.notebook.refresh_git_index \
+	  --FileContentsManager.post_save_hook=fairfl.studies.notebook.refresh_git_index \
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(ARGS)
 
 unit: setup pfl-env

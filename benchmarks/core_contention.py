@@ -7,7 +7,7 @@ for k = 1, 2, 4, ... up to the usable cores, in two ways:
 
 - ``processes``: k one-thread worker processes, started once (spawned), each with its own copy of the
   data and model;
-- ``threads``: k threads of this process (``fairfl.engine.cores.parallel``, one intra-op thread each),
+- ``threads``: k threads of this process (``fairfl.training.engine.cores.parallel``, one intra-op thread each),
   as a lone run's stacks are computed.
 
 Each copy's seconds are timed inside it; a width's figure is the mean over its copies, and the table
@@ -45,11 +45,11 @@ class Work:
     ``clients`` clients as one stack on one thread and returns (seconds, digest of the updates)."""
 
     def __init__(self, smoke: bool, clients: int):
-        from fairfl.algorithms import sample_clients
-        from fairfl.client import flat_params
-        from fairfl.engine import cores
-        from fairfl.loop import federated_data
-        from fairfl.models import build_model
+        from fairfl.federated.algorithms import sample_clients
+        from fairfl.training.client import flat_params
+        from fairfl.training.engine import cores
+        from fairfl.runs.loop import federated_data
+        from fairfl.federated.models import build_model
         from round_speed import REFERENCE, SMOKE
 
         cores.set_threads(1)               # one stack on one thread: the work of one core
@@ -61,8 +61,8 @@ class Work:
         self.clients = sample_clients(0, 0, n, self.config.num_sampled)[:clients]
 
     def round(self) -> tuple[float, str]:
-        from fairfl.client import train_clients
-        from fairfl.engine import cores
+        from fairfl.training.client import train_clients
+        from fairfl.training.engine import cores
         with cores.one_thread():
             t0 = time.perf_counter()
             out = train_clients(self.model, self.w, self.fed.clients, self.clients, self.config.local, 0, 0,
@@ -81,7 +81,7 @@ def _worker(conn, smoke: bool, clients: int) -> None:
 
 
 def main() -> None:
-    from fairfl.engine import cores
+    from fairfl.training.engine import cores
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--clients", type=int, default=5, help="clients in the stack each copy trains (default 5: "

@@ -38,8 +38,8 @@ def main() -> None:
         os.environ["FAIRFL_RESULTS"] = tmp
         import fairfl
         from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-        from fairfl.algorithms.fedmgda import FedMGDAPlus
-        from fairfl.sweeps import SerialBackend, run_many
+        from fairfl.federated.algorithms.fedmgda import FedMGDAPlus
+        from fairfl.runs.sweeps import SerialBackend, run_many
         base = ExperimentConfig(dataset="adult", model="logreg",
                                 partition=PartitionSpec("attribute", num_clients=2, attribute_values=(0, 1), split=None),
                                 local=LocalTraining(epochs=1, batch_size=500, lr=0.1), rounds=args.rounds,

@@ -45,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from fairfl.data.base import sha256  # noqa: E402  (the loaders' own checksum)
+from fairfl.federated.data.base import sha256  # noqa: E402  (the loaders' own checksum)
 
 LIMIT = 48 * 2 ** 20            # bytes: with the repository's ~7.4 MiB, inside the 64 MiB that travel
 DEFAULT = REPO / ".gpu-bundle"
@@ -123,8 +123,8 @@ def wheel_fits(filename: str) -> bool:
 def data_files() -> list[dict]:
     """The data the check reads: (source on this machine, path in the bundle, how it is staged, the
     sha256 its loader checks after staging where it records one)."""
-    from fairfl.data import adult, mnist, shakespeare
-    from fairfl.data.base import DatasetNotFoundError, package_file
+    from fairfl.federated.data import adult, mnist, shakespeare
+    from fairfl.federated.data.base import DatasetNotFoundError, package_file
     out = []
     fashion = mnist.FASHION_OFFLINE[0]
     for name, (gz, _) in mnist.FASHION_SHA256.items():
@@ -214,9 +214,9 @@ def build(folder: Path, wheels: bool = True) -> dict:
 def stage(folder: Path, root: Path) -> list[str]:
     """Check every file of the bundle at ``folder`` against its manifest and lay the data out in
     the data root ``root`` as the loaders' prepared copies; returns what was staged. A file that
-    is missing or differs raises ``fairfl.errors.DataError`` naming it."""
-    from fairfl.data import mnist, shakespeare
-    from fairfl.errors import DataError
+    is missing or differs raises ``fairfl.base.errors.DataError`` naming it."""
+    from fairfl.federated.data import mnist, shakespeare
+    from fairfl.base.errors import DataError
     manifest = json.loads((folder / "MANIFEST.json").read_text())
     staged = []
     for e in manifest["files"]:

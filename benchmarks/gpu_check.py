@@ -16,7 +16,7 @@ Sections, in order (``--sections`` runs some of them, e.g. those that failed in 
    same code): the largest difference of training loss, test loss and accuracy per family, against
    the tolerance of ``test_cuda.py`` and beside how far the family moves between two CPU kernels;
 3. ``stacked``: instance-steps per second of one stacked local-training call through the engine
-   (``fairfl.engine.execute``: plans, gathers, steps, as a run calls it) for the CNN (b = 10 and
+   (``fairfl.training.engine.execute``: plans, gathers, steps, as a run calls it) for the CNN (b = 10 and
    64), FMOL's LeNet (one head), the MLP, logistic regression and the character LSTM, breadth first
    (every model at N = 10, then 100, then 600, then 3,000 instances, the CNN's last), each item
    capped, eager and replayed from CUDA graphs, beside the anchors measured for a plain stacked step
@@ -33,7 +33,7 @@ Sections, in order (``--sections`` runs some of them, e.g. those that failed in 
    per notebook and part); Shakespeare setup 1 apart: a few roles' first round, extrapolated to
    one run and to the set;
 6. ``cores``: the machine's CPU (a GPU machine has 16 cores): one run's reference round on the CPU on
-   1, 2, 4, 5, 8 and 16 threads (``fairfl.engine.cores``, one intra-op thread each; 5: the most stacks
+   1, 2, 4, 5, 8 and 16 threads (``fairfl.training.engine.cores``, one intra-op thread each; 5: the most stacks
    the round's 10 clients make), medians, with the updates compared bit for bit against one thread.
 
 ``--bundle`` checks the bundle of ``benchmarks/gpu_bundle.py`` against its manifest and stages its
@@ -127,7 +127,7 @@ class Context:
         report.pop("partial", None)
         # atomically: a limit (SIGTERM) that strikes while a row is being written must leave the last report whole,
         # not a truncated file (an empty gpu_check.json was read once on a busy machine)
-        from fairfl.atomic import atomic_write
+        from fairfl.base.atomic import atomic_write
         text, md = json.dumps(report, indent=1, default=str), markdown(report)
         atomic_write(self.out / "gpu_check.json", lambda p: p.write_text(text))
         atomic_write(self.out / "gpu_check.md", lambda p: p.write_text(md))
@@ -143,7 +143,7 @@ class Context:
 
 def section_env(ctx: Context) -> dict:
     import torch
-    from fairfl.engine import resolve_device
+    from fairfl.training.engine import resolve_device
     out = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
            "torch": torch.__version__, "cuda (torch built for)": torch.version.cuda,
            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
@@ -164,7 +164,7 @@ def section_env(ctx: Context) -> dict:
 
 
 def precision_switches() -> dict:
-    """What torch's CUDA precision and determinism switches read now (fairfl.engine.exactness sets
+    """What torch's CUDA precision and determinism switches read now (fairfl.training.engine.exactness sets
     them when a CUDA device is resolved); a switch that cannot be read gives its error."""
     import torch
     b = torch.backends
@@ -248,7 +248,7 @@ def family_configs(smoke: bool) -> dict:
     second-order ones included): a budget that cuts the tail loses variants, not families."""
     sys.path.insert(0, str(REPO / "tests"))
     from test_engine import GROUP, MLP
-    from fairfl.algorithms.base import ALGORITHMS, make_algorithm
+    from fairfl.federated.algorithms.base import ALGORITHMS, make_algorithm
     configs = dict(GROUP)
     covered = {c.algorithm.name for c in configs.values()}
     for name in sorted(set(ALGORITHMS) - covered):
@@ -291,7 +291,7 @@ def cpu_reference(smoke: bool = False, other_kernels: bool = True) -> dict:
     same on other CPU kernels (MKL's compatible branch, oneDNN and torch capped at AVX2: another
     process) — how far a family moves when nothing but the last bits of its kernels change, the
     scale against which a GPU's difference is read."""
-    from fairfl.loop import simulate
+    from fairfl.runs.loop import simulate
     out = {"code": code_hash(), "torch": __import__("torch").__version__, "families": {}}
     for name, config in family_configs(smoke).items():
         t0 = time.perf_counter()
@@ -302,7 +302,7 @@ def cpu_reference(smoke: bool = False, other_kernels: bool = True) -> dict:
         print(f"   cpu reference {name}: {time.perf_counter() - t0:.1f} s", flush=True)
     if other_kernels:
         code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import gpu_check as g; "
-                "from fairfl.loop import simulate; smoke = sys.argv[2] == '1'; out = {}\n"
+                "from fairfl.runs.loop import simulate; smoke = sys.argv[2] == '1'; out = {}\n"
                 "for name, c in g.family_configs(smoke).items():\n"
                 "    try: out[name] = g.summary(simulate(c, progress=False))\n"
                 "    except Exception as e: out[name] = {'error': repr(e)}\n"
@@ -347,7 +347,7 @@ def families(ctx: Context) -> dict:
     bundle where it was computed from this code, else here): the largest differences, beside the
     CPU's own spread between kernels."""
     import numpy as np
-    from fairfl.loop import simulate
+    from fairfl.runs.loop import simulate
     ref, source = load_reference(ctx)
     out: dict = {"CPU half": source, "rows": {}}
     rows = out["rows"]
@@ -399,7 +399,7 @@ def families(ctx: Context) -> dict:
 
 def _graphs():
     try:
-        from fairfl.engine import graphs
+        from fairfl.training.engine import graphs
         return graphs
     except ImportError:
         return None
@@ -453,7 +453,7 @@ def threading_main() -> bool:
 def model_and_data(name: str, n: int, device):
     """A model of this name (FMOL's LeNet as its first objective's view) and n random samples."""
     import torch
-    from fairfl.models import build_model, objective_view
+    from fairfl.federated.models import build_model, objective_view
     g = torch.Generator().manual_seed(0)
     if name == "lstm_shakespeare":
         model = build_model(name, (80,), 81, seed=0)
@@ -474,9 +474,9 @@ def step_rate(name: str, b: int, n_inst: int, steps: int, device, reps: int, war
     call if ``warm``; fewer where a call takes more than a quarter of ``cap``), and the calls timed."""
     import torch
     from fairfl import LocalTraining
-    from fairfl.client import flat_params
-    from fairfl.engine import Job, Source, execute
-    from fairfl.seeding import Stream
+    from fairfl.training.client import flat_params
+    from fairfl.training.engine import Job, Source, execute
+    from fairfl.base.seeding import Stream
     model, x, y = model_and_data(name, steps * b, device)
     start = flat_params(model).to(device)
     source = Source(x, y, 0, len(y))
@@ -502,7 +502,7 @@ def step_rate(name: str, b: int, n_inst: int, steps: int, device, reps: int, war
 
 def batched(name: str) -> bool:
     """Whether the engine stacks this model's instances: every model's, the character LSTM's too
-    (``fairfl.stacked_lstm``; before it, the LSTM trained one instance at a time on the reference
+    (``fairfl.federated.stacked_lstm``; before it, the LSTM trained one instance at a time on the reference
     path, which its anchors' "one eager" row measures)."""
     return True
 
@@ -514,7 +514,7 @@ def section_stacked(ctx: Context) -> dict:
     soon as it is done, with the graphs' capture failures, the peak GPU memory and the stack sizes
     the exactness probe accepted."""
     import torch
-    from fairfl.engine import exactness
+    from fairfl.training.engine import exactness
     device = torch.device(ctx.device)
     graphs = _graphs()
     modes = ["eager"] + (["graphs"] if graphs is not None and device.type == "cuda" else [])
@@ -631,8 +631,8 @@ def reference_configs(smoke: bool, rounds: int, runs: int):
 
 
 def section_round(ctx: Context) -> dict:
-    from fairfl.loop import simulate
-    from fairfl.sweeps import SerialBackend, run_many
+    from fairfl.runs.loop import simulate
+    from fairfl.runs.sweeps import SerialBackend, run_many
     rounds = 2 if ctx.smoke else 6
     one = reference_configs(ctx.smoke, rounds, 1)[0].replace(device=ctx.device)
     t0 = time.perf_counter()
@@ -666,7 +666,7 @@ def section_cores(ctx: Context) -> dict:
     """One run's reference round on the CPU at 1, 2, 4, 5, 8, 16 threads (those this machine has), in
     rotating order, medians; each count's updates against one thread's, bit for bit."""
     import torch
-    from fairfl.engine import cores
+    from fairfl.training.engine import cores
     from round_speed import REFERENCE, SMOKE, time_rounds
     config = SMOKE if ctx.smoke else REFERENCE
     # 5: the round's 10 clients make at most 5 stacks (1 is not an exact stack size: benchmarks/README.md)
@@ -698,7 +698,7 @@ def section_profiles(ctx: Context) -> dict:
     device (its first 64 runs, in lockstep), and the whole sweep's time extrapolated from its
     counted client steps at that rate; a sweep left untimed by the budget takes the rate of a
     timed sweep of the same model and batch size."""
-    from fairfl.sweeps import SerialBackend, run_many
+    from fairfl.runs.sweeps import SerialBackend, run_many
     profile = "smoke" if ctx.smoke else "paper"
     notebooks = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     rows, per_notebook, shakespeare = [], {}, []
@@ -779,9 +779,9 @@ def shakespeare_estimate(ctx: Context, captured: list[list]) -> dict:
     """DQN-Fed's Shakespeare setup 1 (its notebook's sweep, else 30 runs of the paper's setting):
     one run trained for one round on its first few roles, its rate extrapolated by counted client
     steps to one whole run and to the set."""
-    from fairfl.algorithms.dqnfed import DQNFed
-    from fairfl.loop import simulate
-    from fairfl.paper import dqnfed_shakespeare_config
+    from fairfl.federated.algorithms.dqnfed import DQNFed
+    from fairfl.runs.loop import simulate
+    from fairfl.studies.paper import dqnfed_shakespeare_config
     ctx.check_budget("Shakespeare setup 1")
     configs = [c for sweep in captured for c in sweep] or [dqnfed_shakespeare_config(DQNFed(), roles=31,
                                                                                      max_samples=2000, rounds=500)] * 30
@@ -929,7 +929,7 @@ def main() -> None:
     os.environ.setdefault("FAIRFL_OFFLINE", "1")
     # the exactness switches (TF32 off, deterministic cuDNN) whatever --sections runs: section_env
     # reports them, but a rerun of some sections must time what a run computes
-    from fairfl.engine import resolve_device
+    from fairfl.training.engine import resolve_device
     resolve_device(args.device)
     budgets = dict(SMOKE_BUDGETS if args.smoke else BUDGETS)
     if args.stacked_budget:

@@ -1,17 +1,17 @@
 """The character LSTM's local training on the CPU: the reference path (one ``nn.LSTM`` instance after
-another, ``batched=False``) against the stacked path (``fairfl.stacked_lstm``, ``batched=True``), in
+another, ``batched=False``) against the stacked path (``fairfl.federated.stacked_lstm``, ``batched=True``), in
 instance-steps per second.
 
 Shakespeare's model (``lstm_shakespeare``: embedding 8, two LSTM layers of 256, 81 classes) at b = 10 on
 80-character windows, as DQN-Fed's Shakespeare setup trains it. One call of the engine
-(``fairfl.engine.execute``) trains N instances --steps SGD steps each (N copies of one start, each its own
+(``fairfl.training.engine.execute``) trains N instances --steps SGD steps each (N copies of one start, each its own
 batch order on one pool of random windows: the arithmetic does not depend on the values); a call's rate
 is N × steps / its seconds. Each (N, threads, path) gets one untimed call first (the stacked path's
 exactness probes, once per process and stack size, fall there: their seconds are printed apart), then
 --reps timed calls; the repetitions go round every cell in turn and the two paths alternate which goes
 first, so that a shared machine's drift falls on both sides alike. The table gives medians.
 
-The engine cuts the stacks as it would in a run (``fairfl.engine.fused``: within its memory budget and
+The engine cuts the stacks as it would in a run (``fairfl.training.engine.fused``: within its memory budget and
 over the threads); the stack sizes it trained are printed. ``--one-stack`` also times the stacked path
 with the budget lifted, every instance in one stack (N up to that value), which shows why the budget
 keeps the CPU's stacks small.
@@ -50,10 +50,10 @@ def main() -> None:
 
     import fairfl  # noqa: F401  (MKL's strict mode, before torch first computes)
     from fairfl import LocalTraining
-    from fairfl.client import flat_params
-    from fairfl.engine import Job, Source, cores, execute, fused
-    from fairfl.models import build_model
-    from fairfl.seeding import Stream
+    from fairfl.training.client import flat_params
+    from fairfl.training.engine import Job, Source, cores, execute, fused
+    from fairfl.federated.models import build_model
+    from fairfl.base.seeding import Stream
 
     g = torch.Generator().manual_seed(0)
     model = build_model("lstm_shakespeare", (LENGTH,), VOCAB, seed=0)

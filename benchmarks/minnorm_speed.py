@@ -1,5 +1,5 @@
 """Speed of the min-norm QP of FedMGDA+ eq. (25): the fast solver (quadprog) vs the cvxpy
-reference (CLARABEL), both through ``fairfl.minnorm.min_norm_weights`` on the same Gram matrix
+reference (CLARABEL), both through ``fairfl.federated.minnorm.min_norm_weights`` on the same Gram matrix
 (validation, scaling and the feasibility / KKT check included, as an aggregator pays them).
 
 m ∈ {10, 100} random vectors in d = 1000 (Gram matrix computed once, outside the timing),
@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fairfl.minnorm import min_norm_weights  # noqa: E402
+from fairfl.federated.minnorm import min_norm_weights  # noqa: E402
 
 SOLVERS = ("quadprog", "cvxpy")
 SIZES = (10, 100)

@@ -16,8 +16,8 @@ tabulate. Imports and definitions are always kept; expression statements that dr
 (``session.save(fig)``, ``display(table)``, ``print(...)``) and ``assert``s are dropped. So a cell
 that builds configs runs in full, and figures, tables and checks never run: the reader needs no
 wall-clock limit per cell (none is set, so a busy machine cannot make it fail). Its guard is an event,
-not a clock: every way into training — ``fairfl.sweeps.run_many`` / ``run`` and
-``fairfl.loop.simulate`` / ``simulate_group``, wherever a ``fairfl`` module holds them — is replaced
+not a clock: every way into training — ``fairfl.runs.sweeps.run_many`` / ``run`` and
+``fairfl.runs.loop.simulate`` / ``simulate_group``, wherever a ``fairfl`` module holds them — is replaced
 while the notebook is read, the first two by recorders, the last two by an error, so nothing the
 notebook does can start hours of training.
 
@@ -25,7 +25,7 @@ notebook does can start hours of training.
 calls ``run_many``; a notebook may call ``run_many`` or ``run`` itself. Each call is recorded as one
 :class:`CapturedSweep` (named after the variable it is assigned to, e.g. ``tuning``) and returns one
 *stand-in result* per config (:class:`StandIn`), so ``Session.sweep`` returns a real
-:class:`~fairfl.notebook.Sweep` whose selection methods (``get``, ``one``, ``select``, ``groups``) work.
+:class:`~fairfl.studies.notebook.Sweep` whose selection methods (``get``, ``one``, ``select``, ``groups``) work.
 
 **Exact and estimated.** A sweep whose configs come from the notebook's settings alone (every sweep
 of notebooks 00-05, notebook 06's tuning sweep) is read exactly: the configs the notebook would
@@ -33,7 +33,7 @@ train, in its order. A sweep built from the results of an earlier one (notebook 
 and its reporting sweep, chosen on the tuning sweep's validation scores) is built here from the
 stand-ins' results and is an ESTIMATE, flagged ``from_results``: a stand-in reports 100 % validation
 accuracy on every client (:meth:`StandIn.validation_acc`), so every configuration ties, every
-selection criterion takes the first configuration of a method's design (``fairfl.protocol.select``
+selection criterion takes the first configuration of a method's design (``fairfl.studies.protocol.select``
 breaks ties by order), every federation's trained reference beats the constant predictor, and a
 method gets one edge extension where its first configuration sits on an extendable edge. Notebook
 06's reporting sweep is then exact in its structure (every method that is tuned on a federation,
@@ -445,9 +445,9 @@ def _intercepted(fake_many, fake_run):
     """``run_many``/``run`` replaced by the recorders and ``simulate``/``simulate_group`` by a refusal
     in every loaded ``fairfl`` module that holds them, and again in those imported meanwhile on the
     way out (which bound the replacements)."""
-    import fairfl.loop as loop
-    import fairfl.notebook as notebook_module
-    import fairfl.sweeps as sweeps
+    import fairfl.runs.loop as loop
+    import fairfl.studies.notebook as notebook_module
+    import fairfl.runs.sweeps as sweeps
 
     def refusal(name):
         def refuse(*_a, **_k):
@@ -533,7 +533,7 @@ def read_sweeps(notebook: Path, profile: str, device: str = "cpu") -> NotebookSw
     out = io.StringIO()
     old_device = os.environ.get("FAIRFL_DEVICE")
     os.environ["FAIRFL_DEVICE"] = device
-    import fairfl.sweeps  # noqa: F401 - loaded before the interception, which patches it
+    import fairfl.runs.sweeps  # noqa: F401 - loaded before the interception, which patches it
     try:
         with _intercepted(fake_many, fake_run), contextlib.redirect_stdout(out):
             done_cells = set()
@@ -575,8 +575,8 @@ _SIZES: dict[str, list[int]] = {}
 
 def train_sizes(config) -> list[int]:
     """Each client's number of training samples in ``config``'s partition (memoised per partition)."""
-    from fairfl.data import load_dataset
-    from fairfl.partition import train_sizes as sizes_of
+    from fairfl.federated.data import load_dataset
+    from fairfl.federated.partition import train_sizes as sizes_of
     key = json.dumps([config.dataset, dict(config.dataset_options), config.to_dict()["partition"]], sort_keys=True,
                      default=str)
     if key not in _SIZES:

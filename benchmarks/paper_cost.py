@@ -19,8 +19,8 @@ once per notebook on ``--device`` (:func:`time_key`), with the notebook's own ru
 over its algorithms (what a round costs depends on the algorithm: a second-order method's Hessian
 products, Ditto's personal model, DQN-Fed's BFGS pairs, losses tracked for improved clients; notebook
 02's four Adult methods are not notebook 06's nineteen): a family that
-fuses as one lockstep group (``fairfl.loop.simulate_group``, as a sweep trains it), as large as a
-sweep's groups (``fairfl.sweeps.MAX_GROUP``) where ``--key-seconds`` of training allow, else smaller
+fuses as one lockstep group (``fairfl.runs.loop.simulate_group``, as a sweep trains it), as large as a
+sweep's groups (``fairfl.runs.sweeps.MAX_GROUP``) where ``--key-seconds`` of training allow, else smaller
 (a pilot of two runs gives the seconds of a step): the size of the group changes the rate of a step
 (stack sizes, the coordination of its runs), so the group timed is made as large as a sweep's can be;
 the reference loop (Shakespeare's LSTM), which fuses nothing, one run at a time with a round cut at
@@ -29,7 +29,7 @@ Each is trained ``--rounds`` rounds, the last evaluated: round 0 is left out (wa
 between give the client steps per second, the last round's excess over them the seconds of one
 evaluation. A run's time is then rounds × its client steps per round / rate + its evaluations ×
 seconds per evaluation, and a notebook's time the sum over its runs divided by the workers that run
-them side by side (on the CPU one one-thread worker per core, as ``fairfl.backends.default_backend``
+them side by side (on the CPU one one-thread worker per core, as ``fairfl.training.backends.default_backend``
 makes them, timed here as one such worker: one thread; on a GPU one process). The runs of a timing
 that diverge (a tuning grid's largest rates) are left out and the kind timed again.
 
@@ -155,8 +155,8 @@ def measure(configs: list, rounds: int, device: str, batched: bool) -> dict:
     that fuses, as a sweep trains it) or one by one (the reference loop, which fuses nothing). Round 0
     is warm-up; the rounds between it and the last give the seconds of a training round, the last's
     excess over them the seconds of an evaluation. Raises :class:`Diverged` naming the runs that did."""
-    from fairfl.errors import TrainingDivergedError
-    from fairfl.loop import simulate_group
+    from fairfl.base.errors import TrainingDivergedError
+    from fairfl.runs.loop import simulate_group
     timed = [c.replace(rounds=rounds, eval_every=rounds, device=device, checkpoint_every=rounds) for c in configs]
     wall0, cpu0 = time.perf_counter(), time.process_time()
     rows, diverged = [], []
@@ -184,7 +184,7 @@ def time_key(configs: list, args, device: str) -> dict:
     worker, seconds of one evaluation of one run, and the share of a core this process had meanwhile.
 
     A family that fuses is timed as a lockstep group as large as a sweep makes them (``--group``,
-    default ``fairfl.sweeps.MAX_GROUP``) or as ``--key-seconds`` allows, whichever is smaller: a pilot
+    default ``fairfl.runs.sweeps.MAX_GROUP``) or as ``--key-seconds`` allows, whichever is smaller: a pilot
     of two runs gives the seconds of a client step, from which the group's size (at least two) and,
     where one run's round alone would take more, its clients (:func:`restricted`) are chosen. A
     group's size changes the rate of a step (notebook 02's Adult runs, which a sweep fuses 32 at a
@@ -192,7 +192,7 @@ def time_key(configs: list, args, device: str) -> dict:
     the group is kept as large as the budget allows (a larger group than the pilot's may also take
     longer than the budget); the reference loop is timed one run after another (``--unbatched``
     runs, rounds cut at ``--max-steps``)."""
-    from fairfl.sweeps import MAX_GROUP
+    from fairfl.runs.sweeps import MAX_GROUP
     batched = configs[0].batched
     excluded: set[str] = set()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -268,7 +268,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4, help="rounds timed per kind of step (default 4)")
     ap.add_argument("--group", type=int, default=None,
                     help="the largest lockstep group timed, one run per algorithm first (default: a sweep's largest, "
-                         "fairfl.sweeps.MAX_GROUP)")
+                         "fairfl.runs.sweeps.MAX_GROUP)")
     ap.add_argument("--key-seconds", type=float, default=60,
                     help="seconds of training each kind of step is given, which bounds its group (default 60)")
     ap.add_argument("--unbatched", type=int, default=1,
@@ -287,12 +287,12 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="paper-cost-"))          # nothing lands in the repository
     os.environ.setdefault("FAIRFL_RESULTS", str(scratch / "results"))
     os.environ.setdefault("FAIRFL_FIGURES", str(scratch / "figures"))
-    from fairfl.engine import cores, resolve_device
+    from fairfl.training.engine import cores, resolve_device
     device = str(resolve_device(args.device))
     cuda = device.startswith("cuda")
     workers = args.workers or (1 if cuda else cores.usable_cores())
     if not cuda:
-        cores.set_threads(1)          # one worker of a pool: one thread (fairfl.backends)
+        cores.set_threads(1)          # one worker of a pool: one thread (fairfl.training.backends)
     notebooks = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     if args.notebooks:
         notebooks = [nb for nb in notebooks if nb.stem[:2] in set(args.notebooks)]

@@ -2,7 +2,7 @@
 
 The round is ``round_speed.py``'s: Fashion-MNIST in fairfl's 100 label-shard clients (480 training
 images each, read by fairfl's loader, so both tools train on the same images), the CNN of FedMGDA+
-Table 3 (``fairfl.models.build_model("cnn_fmnist")``, the same ``nn.Module`` inside pfl's
+Table 3 (``fairfl.federated.models.build_model("cnn_fmnist")``, the same ``nn.Module`` inside pfl's
 ``PyTorchModel``), 10 clients a round, 1 local epoch of SGD, b = 10, lr 0.01, FedAvg.
 
     python benchmarks/pfl_round.py [--rounds 8] [--processes 2] [--smoke]
@@ -15,7 +15,7 @@ process, and the model updates are all-reduced). It times ``--rounds`` rounds af
 and prints ``pfl round: X s (median of R, P processes)``.
 
 ``--compare N`` runs, N times and in rotating order, three fresh processes each timing ``--rounds``
-rounds after a warm-up: fairfl's round on 1 thread and on 2 threads (``fairfl.engine.cores
+rounds after a warm-up: fairfl's round on 1 thread and on 2 threads (``fairfl.training.engine.cores
 .set_threads``; ``round_speed.time_rounds``, the batched path) and pfl's with ``--processes``
 processes. It prints each side's median of the per-process medians and the median of the per-turn
 ratios; the last line is ``fairfl (2 threads) vs pfl (P processes): X.XXx``. Fresh processes
@@ -101,8 +101,8 @@ def pfl_worker(rounds: int, smoke: bool, out: Path) -> None:
     from pfl.metrics import Metrics, Weighted
     from pfl.model.pytorch import PyTorchModel
 
-    from fairfl.loop import federated_data
-    from fairfl.models import build_model
+    from fairfl.runs.loop import federated_data
+    from fairfl.federated.models import build_model
     from round_speed import REFERENCE, SMOKE
 
     config = SMOKE if smoke else REFERENCE

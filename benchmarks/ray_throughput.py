@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec  # noqa: E402
-from fairfl.sweeps import ProcessBackend, RayBackend, run_many  # noqa: E402
+from fairfl.runs.sweeps import ProcessBackend, RayBackend, run_many  # noqa: E402
 
 
 def sweep(runs: int, rounds: int) -> list[ExperimentConfig]:

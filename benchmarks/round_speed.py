@@ -5,7 +5,7 @@ FedMGDA+ Table 3.
 
 (i)  one round, batched path vs sequential reference path, in this process (median of --reps);
 (iii) one run's batched round on 1 thread against --threads (every core by default:
-     ``fairfl.engine.cores``), alternating, medians, and whether the two give the same bits;
+     ``fairfl.training.engine.cores``), alternating, medians, and whether the two give the same bits;
 (ii) a sweep of --runs runs x --rounds rounds through the project's executor (a pool of
      one-thread worker processes, batched path) vs the same runs one after another in this
      process with the sequential path. Evaluation happens only at the first and last round
@@ -41,12 +41,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec  # noqa: E402
-from fairfl.algorithms import sample_clients  # noqa: E402
-from fairfl.client import flat_params, train_clients  # noqa: E402
-from fairfl.engine import cores  # noqa: E402
-from fairfl.loop import federated_data, simulate  # noqa: E402
-from fairfl.models import build_model  # noqa: E402
-from fairfl.sweeps import ProcessBackend, run_many  # noqa: E402
+from fairfl.federated.algorithms import sample_clients  # noqa: E402
+from fairfl.training.client import flat_params, train_clients  # noqa: E402
+from fairfl.training.engine import cores  # noqa: E402
+from fairfl.runs.loop import federated_data, simulate  # noqa: E402
+from fairfl.federated.models import build_model  # noqa: E402
+from fairfl.runs.sweeps import ProcessBackend, run_many  # noqa: E402
 
 REFERENCE = ExperimentConfig(
     dataset="fashion_mnist",
@@ -64,7 +64,7 @@ SMOKE = REFERENCE.replace(dataset="mnist_5k", partition=dataclasses.replace(REFE
 def time_rounds(config: ExperimentConfig, batched: bool, reps: int, threads: int = 1,
                 updates: list | None = None) -> list[float]:
     """Seconds of ``reps`` rounds (after one to warm up) of one run's local training, its computations on
-    ``threads`` threads (``fairfl.engine.cores``, each with one intra-op thread); the rounds' updates are
+    ``threads`` threads (``fairfl.training.engine.cores``, each with one intra-op thread); the rounds' updates are
     appended to ``updates`` where given."""
     fed = federated_data(config)
     model = build_model(config.model, (1, 28, 28), 10, seed=0)
@@ -167,7 +167,7 @@ def main() -> None:
          f"median of {len(many)}, bit-identical: {'yes' if same else 'NO'}"),
         (f"  {args.threads} threads / 1 speed-up", f"{med_one / med_many:.2f}x", ""),
         ("one round, sequential path (reference)", f"{med_seq:.3f} s", f"median of {len(seq)}"),
-        ("one round, batched path (fused, fairfl.stacked)", f"{med_bat:.3f} s", f"median of {len(bat)}"),
+        ("one round, batched path (fused, fairfl.federated.stacked)", f"{med_bat:.3f} s", f"median of {len(bat)}"),
         ("  batched / sequential speed-up", f"{med_seq / med_bat:.2f}x", ""),
         (f"sweep {args.runs} runs x {args.rounds} rounds, sequential, one after another", f"{t_seq:.1f} s",
          f"{threads} threads, median of {len(pairs)}"),

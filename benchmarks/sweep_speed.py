@@ -1,5 +1,5 @@
 """Speed of whole sweeps: the run-batched engine (the runs of a sweep in lockstep groups, their
-local training fused, ``fairfl.engine``) against the executor as it was before it (one run per
+local training fused, ``fairfl.training.engine``) against the executor as it was before it (one run per
 job in a pool of one-thread worker processes, each run's clients fused, ``max_group=1``), on
 three notebook-shaped sweeps:
 
@@ -45,15 +45,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec  # noqa: E402
-from fairfl.algorithms.afl import AFL  # noqa: E402
-from fairfl.algorithms.ditto import Ditto  # noqa: E402
-from fairfl.algorithms.dqnfed import DQNFed  # noqa: E402
-from fairfl.algorithms.fedavg import FedAvg  # noqa: E402
-from fairfl.algorithms.fedfv import FedFV  # noqa: E402
-from fairfl.algorithms.fedmgda import FedMGDAPlus  # noqa: E402
-from fairfl.algorithms.qffl import QFedAvg  # noqa: E402
-from fairfl.algorithms.term import TERM  # noqa: E402
-from fairfl.sweeps import ProcessBackend, SerialBackend, run_many  # noqa: E402
+from fairfl.federated.algorithms.afl import AFL  # noqa: E402
+from fairfl.federated.algorithms.ditto import Ditto  # noqa: E402
+from fairfl.federated.algorithms.dqnfed import DQNFed  # noqa: E402
+from fairfl.federated.algorithms.fedavg import FedAvg  # noqa: E402
+from fairfl.federated.algorithms.fedfv import FedFV  # noqa: E402
+from fairfl.federated.algorithms.fedmgda import FedMGDAPlus  # noqa: E402
+from fairfl.federated.algorithms.qffl import QFedAvg  # noqa: E402
+from fairfl.federated.algorithms.term import TERM  # noqa: E402
+from fairfl.runs.sweeps import ProcessBackend, SerialBackend, run_many  # noqa: E402
 
 # FLOPs of one training sample of the Table 3 CNN, forward and backward (≈ 3× the forward's
 # multiply-adds × 2): 17.3 GFLOP for a reference round of 10 clients × 600 samples.

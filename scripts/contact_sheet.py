@@ -2,8 +2,8 @@
 under ``figures/`` (those git tracks; the git-ignored ``figures/smoke/`` is not among them) tiled
 into ``docs/contact_sheet.png``, each tile labelled with its file name and with what drew it.
 
-``fairfl.plotting.save_figure`` stamps every PNG it writes with the print style it drew in and with
-what ``fairfl.figure_checks.problems`` found. A tile says
+``fairfl.studies.plotting.save_figure`` stamps every PNG it writes with the print style it drew in and with
+what ``fairfl.base.figure_checks.problems`` found. A tile says
 
     new code, <size>, checks ok        drawn in the print style, fit for print (green)
     new code, <size>: <problem>        drawn in the print style, one of its problems (orange)
@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fairfl.plotting import figure_stamp  # noqa: E402
+from fairfl.studies.plotting import figure_stamp  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 COLOURS = {"new": (0, 120, 60), "problems": (200, 110, 0), "old": (190, 30, 30)}
@@ -105,7 +105,7 @@ def _smoke_figures(folder: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fairfl import plotting
+    from fairfl.studies import plotting
     with matplotlib.rc_context():
         plotting.use_style()
         fig, ax = plotting.figure(width=plotting.ONE_COLUMN, height=2.2)

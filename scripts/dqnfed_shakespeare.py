@@ -2,7 +2,7 @@
 Theorem 4.2's safeguard (``DQNFed(step="eq17_safeguarded")``, a declared variant), at a size
 stated on the command line, through the sweep engine (cached under ``$FAIRFL_RESULTS``,
 checkpointed, so an interrupted call resumes). Every run is
-``fairfl.paper.dqnfed_shakespeare_config`` — notebook 04's Shakespeare config.
+``fairfl.studies.paper.dqnfed_shakespeare_config`` — notebook 04's Shakespeare config.
 
     .venv/bin/python scripts/dqnfed_shakespeare.py [--roles 31] [--max-samples 64] [--rounds 50]
         [--seeds 0] [--workers N] [--out CSV] [--smoke]
@@ -26,10 +26,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fairfl import metrics  # noqa: E402
-from fairfl.algorithms.dqnfed import DQNFed  # noqa: E402
-from fairfl.paper import dqnfed_shakespeare_config  # noqa: E402
-from fairfl.sweeps import ProcessBackend, SerialBackend, run_many  # noqa: E402
+from fairfl.federated import metrics  # noqa: E402
+from fairfl.federated.algorithms.dqnfed import DQNFed  # noqa: E402
+from fairfl.studies.paper import dqnfed_shakespeare_config  # noqa: E402
+from fairfl.runs.sweeps import ProcessBackend, SerialBackend, run_many  # noqa: E402
 
 STEPS = {"eq17": DQNFed(), "eq17_safeguarded": DQNFed(step="eq17_safeguarded")}
 
@@ -80,7 +80,7 @@ def main() -> None:
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(frame.round(3).to_string(index=False))
     if args.out is not None:
-        from fairfl.atomic import atomic_write
+        from fairfl.base.atomic import atomic_write
         atomic_write(args.out, lambda tmp: frame.to_csv(tmp, index=False))
         print(f"wrote {len(rows)} rows to {args.out}")
     print(f"wall time of this call: {wall:.0f} s ({len(grid)} runs, cached ones included)")

@@ -24,12 +24,12 @@ from pathlib import Path
 
 import fairfl
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.algorithms.dqnfed import DQNFed
-from fairfl.algorithms.fedavg import FedAvg
-from fairfl.algorithms.fedfv import FedFV
-from fairfl.algorithms.fedmgda import FedMGDAPlus
-from fairfl.algorithms.qffl import QFedAvg
-from fairfl.sweeps import SerialBackend, run_many
+from fairfl.federated.algorithms.dqnfed import DQNFed
+from fairfl.federated.algorithms.fedavg import FedAvg
+from fairfl.federated.algorithms.fedfv import FedFV
+from fairfl.federated.algorithms.fedmgda import FedMGDAPlus
+from fairfl.federated.algorithms.qffl import QFedAvg
+from fairfl.runs.sweeps import SerialBackend, run_many
 
 REPO = Path(__file__).resolve().parent.parent
 

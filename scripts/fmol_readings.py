@@ -1,10 +1,10 @@
 """FMOL Table 2 under each reading of the MultiMNIST setting that the reference codes support
-(``fairfl.paper.FMOL_READINGS``: Sener & Koltun's pixel scaling, construction and two-task MGDA
+(``fairfl.studies.paper.FMOL_READINGS``: Sener & Koltun's pixel scaling, construction and two-task MGDA
 solver, alone and together; the Xavier / Kaiming initialisations as probes, which no code uses),
 at the paper's size: FMGDA (full batch), M = 10 clients × 256, η_L = η_t = 0.1, K ∈ {1, 5, 10,
 20}, iid and non-iid, rounds to a training loss of 10⁻² per task beside the paper's.
 
-The readings are declared in ``fairfl.paper`` before any of these runs; every run is
+The readings are declared in ``fairfl.studies.paper`` before any of these runs; every run is
 ``fmol_config(..., reading=r)``, so "ours" is exactly scripts/fmol_table2.py's (and notebook
 05's) run and shares its cache, and notebook 05 can load the others with the same call. Runs go
 through the sweep engine (``fairfl.run_many``), are cached under ``$FAIRFL_RESULTS`` and
@@ -44,9 +44,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fairfl.notebook import format_rounds  # noqa: E402
-from fairfl.paper import FMOL_READINGS, FMOL_TABLE2, fmol_config  # noqa: E402
-from fairfl.sweeps import ProcessBackend, SerialBackend, run_many  # noqa: E402
+from fairfl.studies.notebook import format_rounds  # noqa: E402
+from fairfl.studies.paper import FMOL_READINGS, FMOL_TABLE2, fmol_config  # noqa: E402
+from fairfl.runs.sweeps import ProcessBackend, SerialBackend, run_many  # noqa: E402
 
 THRESHOLD = 1e-2            # Table 2: rounds to a training loss of 10⁻²
 DEFAULT_READINGS = ["ours", "sk-pixels", "sk-solver", "xavier", "sk-all"]
@@ -86,7 +86,7 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown reading(s) {', '.join(unknown)}; the readings are {', '.join(FMOL_READINGS)}")
 
-    print("readings (declared in fairfl.paper.FMOL_READINGS before running):")
+    print("readings (declared in fairfl.studies.paper.FMOL_READINGS before running):")
     for r in args.readings:
         print(f"  {r:<16} {FMOL_READINGS[r][0]}")
     horizon = {k: (math.ceil(args.rounds_factor * FMOL_TABLE2[FMOL_TABLE2.K == k][["L", "R"]].to_numpy().max())
@@ -105,7 +105,7 @@ def main() -> None:
              "seconds": float(np.sum(h.round_time))} for (r, st, k, s), h in runs.items()]
     if args.out is not None:
         import pandas as pd
-        from fairfl.atomic import atomic_write
+        from fairfl.base.atomic import atomic_write
         table = pd.DataFrame(rows)
         if args.out.exists():       # merge: this call's rows replace those of the same runs, the others stay
             key = ["reading", "setting", "K", "seed"]

@@ -3,7 +3,7 @@ training loss of 10⁻², for K ∈ {1, 5, 10, 20} local steps, iid and non-iid 
 M = 10 clients × 256 samples, η_L = η_t = 0.1, beside the paper's numbers.
 
 These are exactly the Fig. 1(b) / Table 2 runs of notebook 05's ``paper`` profile (both build
-them with ``fairfl.paper.fmol_config``, so they share the run cache): this script runs that part
+them with ``fairfl.studies.paper.fmol_config``, so they share the run cache): this script runs that part
 alone, for the seeds and horizon given, without the batch-size and centralised runs of the
 rest of the profile (about 25 min of CPU per seed and setting at 100 rounds here, most of it
 K = 20). With ``--rounds`` other than 100 they are longer or shorter versions of those runs (their
@@ -27,10 +27,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fairfl import plotting  # noqa: E402
-from fairfl.notebook import format_rounds  # noqa: E402
-from fairfl.paper import FMOL_TABLE2, fmol_config  # noqa: E402
-from fairfl.sweeps import ProcessBackend, SerialBackend, run_many  # noqa: E402
+from fairfl.studies import plotting  # noqa: E402
+from fairfl.studies.notebook import format_rounds  # noqa: E402
+from fairfl.studies.paper import FMOL_TABLE2, fmol_config  # noqa: E402
+from fairfl.runs.sweeps import ProcessBackend, SerialBackend, run_many  # noqa: E402
 
 THRESHOLD = 1e-2            # Table 2: rounds to a training loss of 10⁻²
 

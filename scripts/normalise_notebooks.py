@@ -1,4 +1,4 @@
-"""The notebooks in the form JupyterLab saves them, without outputs (``fairfl.notebook.stored_form``),
+"""The notebooks in the form JupyterLab saves them, without outputs (``fairfl.studies.notebook.stored_form``),
 so that opening one in JupyterLab leaves ``git diff`` empty.
 
     .venv/bin/python scripts/normalise_notebooks.py                  # rewrite notebooks/*.ipynb
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))             # this clone's fairfl, whichever environment runs the filter
 
-from fairfl.notebook import FILTER, committed_form, stored_form  # noqa: E402
+from fairfl.studies.notebook import FILTER, committed_form, stored_form  # noqa: E402
 
 # git runs a filter from the top of the working tree, with the path of the file as %f
 CLEAN = ".venv/bin/python scripts/normalise_notebooks.py --clean %f"

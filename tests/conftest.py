@@ -106,7 +106,7 @@ def _fail_on_network_attempt():
 @pytest.fixture(scope="session")
 def fmnist(fairfl_env):
     """Real Fashion-MNIST, loaded once per session from the offline copy into the tmp data root."""
-    from fairfl.data import load_dataset
+    from fairfl.federated.data import load_dataset
     return load_dataset("fashion_mnist")
 
 

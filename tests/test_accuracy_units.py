@@ -12,12 +12,13 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import fairfl  # noqa: E402
-from fairfl import ExperimentConfig, LocalTraining, PartitionSpec, plotting  # noqa: E402
-from fairfl.algorithms.fedavg import FedAvg  # noqa: E402
-from fairfl.algorithms.fedmgda import FedMGDAPlus  # noqa: E402
-from fairfl.index import format_table, rows  # noqa: E402
-from fairfl.notebook import Sweep, client_fairness  # noqa: E402
-from fairfl.sweeps import SerialBackend, run_many  # noqa: E402
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.studies import plotting  # noqa: E402
+from fairfl.federated.algorithms.fedavg import FedAvg  # noqa: E402
+from fairfl.federated.algorithms.fedmgda import FedMGDAPlus  # noqa: E402
+from fairfl.runs.index import format_table, rows  # noqa: E402
+from fairfl.studies.notebook import Sweep, client_fairness  # noqa: E402
+from fairfl.runs.sweeps import SerialBackend, run_many  # noqa: E402
 
 CFG = ExperimentConfig(dataset="adult", model="logreg",
                        partition=PartitionSpec("attribute", num_clients=2, attribute_values=(0, 1), split=None),

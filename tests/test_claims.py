@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from fairfl.claims import (FAILED, HOLDS, NOT_CHECKED, NOT_REPRODUCED, OVERRIDDEN, STALE, ClaimFailedError, Claims,
-                          summary)
+from fairfl.studies.claims import (FAILED, HOLDS, NOT_CHECKED, NOT_REPRODUCED, OVERRIDDEN, STALE, ClaimFailedError, Claims,
+                                   summary)
 
 DIAGNOSIS = {"quick": "the step of eq. (17) grows near Pareto stationarity"}
 
@@ -89,7 +89,7 @@ def test_claims_under_overridden_parameters_are_recorded_not_checked(tmp_path, m
 
 
 def test_start_knows_which_settings_differ_from_the_profile(monkeypatch):
-    from fairfl.notebook import start
+    from fairfl.studies.notebook import start
     monkeypatch.delenv("FAIRFL_PROFILE", raising=False)
     profiles = {"quick": dict(rounds=100, seeds=[0, 1])}
     same = start("quick", profiles, workers=1, rounds=100, seeds=(0, 1))     # the profile's own values
@@ -118,9 +118,9 @@ def test_choosing_some_parts_runs_them_as_the_profile_does_and_names_what_a_prof
     exploring (nothing is overridden, the claims of the parts run are checked), the header says which
     parts were left out, a claim of a part not run is recorded as such; a part the profile lacks is
     a ConfigError naming the profile's parts and the profiles that have it."""
-    from fairfl.claims import NOT_RUN
-    from fairfl.errors import ConfigError
-    from fairfl.notebook import start
+    from fairfl.studies.claims import NOT_RUN
+    from fairfl.base.errors import ConfigError
+    from fairfl.studies.notebook import start
     monkeypatch.delenv("FAIRFL_PROFILE", raising=False)
     profiles = {"quick": dict(rounds=100, parts=("adult", "scaling")), "paper": dict(rounds=500, parts=("adult", "text"))}
     whole = start("quick", profiles, workers=1)

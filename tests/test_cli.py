@@ -82,7 +82,7 @@ def test_reproduce_reports_each_notebook_and_fails_if_one_fails(tmp_path):
 
 @pytest.mark.slow
 def test_reproduce_counts_the_claims_a_notebook_checked(tmp_path):
-    body = ("from fairfl.claims import Claims\n"
+    body = ("from fairfl.studies.claims import Claims\n"
             "c = Claims('97_claims', profile)\n"
             "c.check('holds', True, 'evidence')\n"
             "c.check('misses', False, 'evidence', deviation={'quick': 'a diagnosis'})\n"
@@ -111,7 +111,7 @@ def _reproduce(*args, env):
 def test_reproduce_an_explicit_profile_beats_the_environment_and_parameters_reach_the_notebook(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell('profile = "quick"\nrounds = None', metadata={"tags": ["parameters"]}),
-                nbformat.v4.new_code_cell("from fairfl.notebook import resolve_profile\n"
+                nbformat.v4.new_code_cell("from fairfl.studies.notebook import resolve_profile\n"
                                           "print('resolved', resolve_profile(profile), 'rounds', rounds)")]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     path = tmp_path / "96_params.ipynb"
@@ -164,7 +164,7 @@ def _sleeping_notebook(path: Path) -> Path:
     (so that the same notebook, unchanged, has a short good run and a long interrupted one)."""
     body = ("import os\n"
             "from fairfl import ExperimentConfig, PartitionSpec, LocalTraining\n"
-            "from fairfl.sweeps import SerialBackend, run_many\n"
+            "from fairfl.runs.sweeps import SerialBackend, run_many\n"
             "cfg = ExperimentConfig(dataset='adult', model='logreg', rounds=int(os.environ['ROUNDS']),\n"
             "                       partition=PartitionSpec('attribute', num_clients=2, attribute_values=(0, 1), split=None),\n"
             "                       local=LocalTraining(batch_size=10, lr=0.01), eval_every=1)\n"
@@ -308,8 +308,8 @@ def test_two_processes_asked_for_one_run_train_it_once(tmp_path):
 def test_an_explicit_profile_beats_the_environment_in_a_notebook_too(monkeypatch):
     """One rule, in JupyterLab as on the command line: the notebooks store profile = None, which is
     $FAIRFL_PROFILE (nbval's smoke runs) else quick; a profile written in the cell is used as written."""
-    from fairfl.errors import ConfigError
-    from fairfl.notebook import resolve_profile
+    from fairfl.base.errors import ConfigError
+    from fairfl.studies.notebook import resolve_profile
     monkeypatch.setenv("FAIRFL_PROFILE", "smoke")
     assert resolve_profile(None) == "smoke" and resolve_profile("paper") == "paper"
     monkeypatch.delenv("FAIRFL_PROFILE")
@@ -356,7 +356,7 @@ def test_exploring_in_a_kernel_never_touches_the_reproduced_figures(tmp_path):
     assert "rounds=4 (profile: 2)" in said and f"figures -> {edited}" in said
 
 
-STAGED = ["import os\nfrom pathlib import Path\nimport matplotlib.pyplot as plt\nfrom fairfl.notebook import start\n"
+STAGED = ["import os\nfrom pathlib import Path\nimport matplotlib.pyplot as plt\nfrom fairfl.studies.notebook import start\n"
           "session = start(profile, {'smoke': {}, 'quick': {}, 'paper': {}}, notebook='98_staged')\n"
           "fig, ax = plt.subplots(figsize=(3.3, 2.2))\n"
           "ax.set_title(f\"{Path(os.environ['STAGED_TITLE']).read_text()} {label or ''}\")\nax.plot([0, 1], [0, 1])\n"
@@ -391,8 +391,8 @@ def test_a_failed_reproduce_leaves_the_last_good_figures_whole_and_each_explorat
     good, good_notebook = _checksums(figures), executed.read_bytes()
     assert set(good) == {"smoke/98_staged.png", "smoke/98_staged.pdf", "smoke/98_staged.csv"}, good
     assert not list(outputs.rglob(".*partial*"))                          # nothing staged is left behind
-    from fairfl.engine.cores import describe_machine
-    from fairfl.plotting import figure_stamp
+    from fairfl.training.engine.cores import describe_machine
+    from fairfl.studies.plotting import figure_stamp
     stamp = figure_stamp(figures / "smoke" / "98_staged.png")               # the profile and the machine
     assert stamp["fairfl-profile"] == "smoke" and stamp["fairfl-machine"] == describe_machine() != "", stamp
 
@@ -461,7 +461,7 @@ def test_a_mistyped_yaml_key_or_option_gets_a_suggestion(tmp_path):
 
 def test_a_broken_import_file_is_one_named_error(tmp_path):
     broken = tmp_path / "broken.py"
-    broken.write_text("from fairfl.algorithms import register\n\nclass Rule(\n")
+    broken.write_text("from fairfl.federated.algorithms import register\n\nclass Rule(\n")
     r = fairfl("run", "--import", str(broken))
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith(f"error: --import {broken}: {broken}, line 3:"), r.stderr
@@ -553,7 +553,7 @@ LONG_RUN = ["run", "--set", "dataset=adult", "--set", "model=logreg", "--set", "
 def test_ctrl_c_in_fairfl_run_is_one_line_and_130_however_many_and_whenever(tmp_path):
     """Training, twice in a row, in its first second, and while waiting for another process's run:
     exit status 130 and one line on stderr, no traceback (it printed KeyboardInterrupt's)."""
-    from fairfl.progress import read
+    from fairfl.base.progress import read
     env = {**os.environ, "FAIRFL_RESULTS": str(tmp_path / "results"), "TQDM_DISABLE": "1"}
     trainer = _session(LONG_RUN, env)
     try:
@@ -593,8 +593,8 @@ def _pool_notebook(path: Path) -> Path:
     large, and records one claim."""
     body = ("import os\n"
             "from fairfl import ExperimentConfig, PartitionSpec, LocalTraining\n"
-            "from fairfl.claims import Claims\n"
-            "from fairfl.sweeps import ProcessBackend, run_many\n"
+            "from fairfl.studies.claims import Claims\n"
+            "from fairfl.runs.sweeps import ProcessBackend, run_many\n"
             "cfg = ExperimentConfig(dataset='adult', model='logreg', rounds=int(os.environ['ROUNDS']),\n"
             "                       partition=PartitionSpec('attribute', num_clients=2, attribute_values=(0, 1), split=None),\n"
             "                       local=LocalTraining(batch_size=10, lr=0.01), eval_every=1, checkpoint_every=1)\n"
@@ -696,7 +696,7 @@ def test_data_require_reports_only_the_datasets_it_requires():
 def test_a_dataset_without_a_test_file_says_so_instead_of_0_test():
     import torch
 
-    from fairfl.data.base import ArrayDataset
+    from fairfl.federated.data.base import ArrayDataset
     x, y = torch.zeros(5, 80, dtype=torch.long), torch.zeros(5, dtype=torch.long)
     ds = ArrayDataset("shakespeare", x, y, x[:0], y[:0], num_classes=81, source="plays")
     assert "0 test" not in ds.summary()
@@ -709,8 +709,8 @@ def test_second_order_methods_warn_about_nothing_of_theirs():
     """FedNL's and FedNew's dense Hessians (torch.func.hessian) in a fresh process with FutureWarning
     as an error: torch's deprecation of torch.jit.script, which its jvp decompositions call on first
     use, is not shown (it was, on every FedNL/FedNew run)."""
-    code = ("import torch\nfrom torch import nn\nfrom fairfl.client import ClientRuntime, flat_params\n"
-            "from fairfl.partition import Client\n"
+    code = ("import torch\nfrom torch import nn\nfrom fairfl.training.client import ClientRuntime, flat_params\n"
+            "from fairfl.federated.partition import Client\n"
             "torch.manual_seed(0)\nmodel = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))\n"
             "x, y = torch.randn(7, 3), torch.randint(0, 2, (7,))\n"
             "clients = ClientRuntime(model, [Client(x, y, x[:0], y[:0], x[:1], y[:1])], seed=0)\n"

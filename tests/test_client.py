@@ -8,13 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fairfl import stacked
-from fairfl.errors import ConfigError, TrainingDivergedError
-from fairfl.client import LocalTraining, flat_params, mean_losses, predict, set_flat_params, train_clients
-from fairfl.engine import batch_plan, chunked
-from fairfl.models import MODELS, build_model
-from fairfl.partition import PartitionSpec, federate
-from fairfl.seeding import Stream
+from fairfl.federated import stacked
+from fairfl.base.errors import ConfigError, TrainingDivergedError
+from fairfl.training.client import LocalTraining, flat_params, mean_losses, predict, set_flat_params, train_clients
+from fairfl.training.engine import batch_plan, chunked
+from fairfl.federated.models import MODELS, build_model
+from fairfl.federated.partition import PartitionSpec, federate
+from fairfl.base.seeding import Stream
 
 
 def train_clients_batched(*args, **kwargs):
@@ -219,8 +219,8 @@ def test_fused_batches_are_each_steps_samples_gathered_alone(monkeypatch, block_
     step's samples and labels as indexing each instance's data by its plan gives them: over two
     data pools, an offset source, an uneven last batch, and blocks of one step, two steps, or a
     whole epoch's equal steps."""
-    from fairfl import engine
-    from fairfl.engine import stack
+    from fairfl.training import engine
+    from fairfl.training.engine import stack
     monkeypatch.setattr(stack, "GATHER_FLOATS", block_floats)
     g = torch.Generator().manual_seed(3)
     pool_a = (torch.randn(40, 2, 2, generator=g), torch.randint(0, 5, (40,), generator=g))
@@ -240,8 +240,8 @@ def test_fused_batches_are_each_steps_samples_gathered_alone(monkeypatch, block_
 def test_fused_batches_of_an_empty_client_are_one_empty_batch():
     """A client without samples has one empty batch (batch_plan), which the fused loop gathers as
     (1, 0, ...) samples and (1, 0) labels; it must not index a sample that is not there."""
-    from fairfl import engine
-    from fairfl.engine import stack
+    from fairfl.training import engine
+    from fairfl.training.engine import stack
     x, y = torch.randn(5, 2, 2), torch.arange(5)
     empty = engine.Source(x, y, 3, 0)
     plan = batch_plan(0, LocalTraining(epochs=1, batch_size=4), torch.Generator().manual_seed(0))
@@ -396,7 +396,7 @@ def test_evaluation_max_pool_equals_max_pool2d(hw):
 
 def _autograd_gradients(model, params, x, y):
     """What the engine's autograd step differentiates: Σₖ meanᵢ CE, through stacked.forward."""
-    from fairfl.engine.stack import stacked_losses
+    from fairfl.training.engine.stack import stacked_losses
     leaves = [p.detach().clone().requires_grad_() for p in params]
     names = [n for n, _ in model.named_parameters()]
     return torch.autograd.grad(stacked_losses(model, names, leaves, x, y, reduction="total"), leaves)
@@ -426,7 +426,7 @@ def test_dense_gradients_equal_autograds_bit_for_bit(model_name, m, b, scale):
     x = torch.randn(m, b, *shape, generator=g) * scale
     y = torch.randint(0, classes, (m, b), generator=g)
     want = _autograd_gradients(model, params, x, y)
-    from fairfl.engine.exactness import transposed_is_exact
+    from fairfl.training.engine.exactness import transposed_is_exact
     got = stacked.dense_gradients(model, params, x, y, transposed_is_exact)     # as the engine calls it
     assert len(got) == len(want)
     for a, w in zip(got, want):

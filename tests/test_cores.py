@@ -1,4 +1,4 @@
-"""A lone run on every core, the same bits (fairfl.engine.cores): the stacks of a fused step, the
+"""A lone run on every core, the same bits (fairfl.training.engine.cores): the stacks of a fused step, the
 instances of the reference path, are computed side by side in threads, each with one intra-op
 thread, and a run's history is the one it gives on one thread — for every algorithm family, on the
 CNN (whose convolutions round otherwise on two intra-op threads), the reference path and the
@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.engine import cores
-from fairfl.errors import ConfigError
-from fairfl.loop import simulate, simulate_group
+from fairfl.training.engine import cores
+from fairfl.base.errors import ConfigError
+from fairfl.runs.loop import simulate, simulate_group
 
 from test_golden import CASES, MLP, FM
 
@@ -36,7 +36,7 @@ FAMILIES = {
     **{name: CASES[name].replace(rounds=1, eval_every=1) for name in ("fedavg_cnn", "fedavg_cnn_sequential", "fedprox_mlp", "qfedavg_mlp",
                                       "afl_mlp", "fedfv_loss_mlp", "dqnfed_mlp", "adult_fedmgda_plus_sequential",
                                       "shakespeare_fedavg")},
-    # the character LSTM stacked (fairfl.stacked_lstm): the golden case on the fused path
+    # the character LSTM stacked (fairfl.federated.stacked_lstm): the golden case on the fused path
     "shakespeare_fedavg_stacked": CASES["shakespeare_fedavg"].replace(rounds=1, eval_every=1, batched=True),
     "fedmgda_plus_mlp": MLP.replace(algorithm={"name": "fedmgda_plus", "eps": 0.1, "decay": 0.1}),
     # the families added since: Ditto's personal training (train_from), TERM, the second-order and
@@ -157,10 +157,10 @@ def test_the_last_group_of_a_sweep_borrows_the_cores_of_the_worker_that_finished
     """Two workers of one thread, two groups of unequal cost (1 round against 6): once the short group
     is done, the pool lends its worker's core to the other, whose fused steps then run on two threads
     — read from the scheduler's own record (the seconds of parallel computation at each width that
-    each group reports, fairfl.sweeps.last_usage), not from wall times. Broken variant caught: the
+    each group reports, fairfl.runs.sweeps.last_usage), not from wall times. Broken variant caught: the
     last group trained alone on one core while the other idled (notebook 04's quick sweep)."""
-    import fairfl.sweeps as sweeps
-    from fairfl.sweeps import ProcessBackend, run_many
+    import fairfl.runs.sweeps as sweeps
+    from fairfl.runs.sweeps import ProcessBackend, run_many
     short = FM.replace(algorithm="fedavg", rounds=1, seed=0)
     long = FM.replace(algorithm="fedavg", rounds=6, seed=1)
     with ProcessBackend(workers=2, threads=1) as pool:
@@ -178,7 +178,7 @@ def test_the_last_group_of_a_sweep_borrows_the_cores_of_the_worker_that_finished
 def test_a_sweeps_tail_is_the_core_time_after_the_first_worker_ran_out_of_groups():
     """Hand-made spans: two workers of one core each, one ends at 6 s of a 10-s sweep, the other at
     10 s: 4 core-seconds of 20 idle at the end. One worker, or none, has no tail."""
-    from fairfl.sweeps import GroupSpan, SweepUsage
+    from fairfl.runs.sweeps import GroupSpan, SweepUsage
     spans = (GroupSpan(3, 11, 0.0, 4.0, 4.0), GroupSpan(1, 11, 4.0, 6.0, 2.0), GroupSpan(2, 12, 0.0, 10.0, 10.0))
     usage = SweepUsage(cores=2, wall=10.0, cpu=16.0, widths={1: 16.0}, groups=spans)
     assert usage.tail == pytest.approx(0.2) and usage.idle == pytest.approx(0.2)
@@ -200,8 +200,8 @@ def test_a_sweeps_report_tells_other_processes_use_of_the_cores_from_its_own_idl
 
     import psutil
 
-    import fairfl.sweeps as sweeps
-    from fairfl.sweeps import ProcessBackend, run_many
+    import fairfl.runs.sweeps as sweeps
+    from fairfl.runs.sweeps import ProcessBackend, run_many
     # the spinner is not the test's child (its shell exits at once)
     pid = int(subprocess.run(["bash", "-c", f"{sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
                              capture_output=True, text=True, check=True).stdout)
@@ -245,7 +245,7 @@ def _share_around(burn) -> tuple:
     the CPU ``burn()`` says it burnt) over a call of ``burn``, as a sweep measures them."""
     import time
 
-    import fairfl.sweeps as sweeps
+    import fairfl.runs.sweeps as sweeps
     busy0, tree0, start = cores.machine_busy(), cores.tree_cpu(), time.perf_counter()
     burnt = burn()
     wall = time.perf_counter() - start
@@ -274,7 +274,7 @@ def test_a_process_of_the_sweep_that_ended_is_not_another_process():
 
 
 def test_a_sweeps_report_names_other_processes_only_where_they_used_the_cores():
-    from fairfl.sweeps import SweepUsage
+    from fairfl.runs.sweeps import SweepUsage
     assert "other processes" not in str(SweepUsage(2, 10.0, 16.0, {}, (), None))
     assert "other processes" not in str(SweepUsage(2, 10.0, 16.0, {}, (), 0.001))
     assert str(SweepUsage(2, 10.0, 16.0, {}, (), 0.12)).endswith(
@@ -303,7 +303,7 @@ def test_a_pool_thread_computes_on_one_intra_op_thread_whatever_count_its_caller
     which thread took which stack. Fails with the set-up left to the thread's first operation."""
     out = _python("""
         import time, torch
-        from fairfl.engine import cores
+        from fairfl.training.engine import cores
         cores.set_threads(2)
         cores.parallel([lambda: time.sleep(0.05)] * 2)        # the pool's thread exists, has not computed
         torch.set_num_threads(2)
@@ -322,7 +322,7 @@ def test_ctrl_c_while_threads_compute_returns_once_every_task_under_way_has_ende
     running (a busy machine can only make that check pass more slowly, never fail)."""
     out = _python("""
         import os, signal, threading, time
-        from fairfl.engine import cores
+        from fairfl.training.engine import cores
         cores.set_threads(2)
         cores.parallel([lambda: None] * 2)     # the pool's thread started (an interrupt inside Python's
                                                # ThreadPoolExecutor while it starts one leaves it unjoinable)
@@ -361,10 +361,10 @@ def test_a_groups_shared_predictions_use_every_thread_not_their_runs_part(thread
     two here). Fails with the executing run's width kept."""
     import threading
 
-    from fairfl.client import flat_params
-    from fairfl.engine import Predict
-    from fairfl.engine.lockstep import Lockstep
-    from fairfl.models import build_model
+    from fairfl.training.client import flat_params
+    from fairfl.training.engine import Predict
+    from fairfl.training.engine.lockstep import Lockstep
+    from fairfl.federated.models import build_model
     threads(2)
     x = torch.randn(2048, 784)                                  # four chunks of 512 rows
     models = [build_model("logreg", (784,), 10, seed=s) for s in range(2)]
@@ -397,7 +397,7 @@ def test_a_pools_workers_are_the_cores_this_process_may_use_not_the_hosts():
     out = _python("""
         import os
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-        from fairfl.backends import ProcessBackend, default_backend
+        from fairfl.training.backends import ProcessBackend, default_backend
         print(ProcessBackend().workers, type(default_backend()).__name__)
     """)
     assert out == "1 SerialBackend", out

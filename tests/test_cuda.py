@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from fairfl.algorithms.dqnfed import DQNFed
-from fairfl.algorithms.fedavg import FedAvg
-from fairfl.algorithms.afl import AFL
-from fairfl.algorithms.fedmgda import FedMGDAPlus
-from fairfl.engine import resolve_device
-from fairfl.history import CHECKPOINT
-from fairfl.loop import simulate, simulate_group
-from fairfl.seeding import Stream, keep_mask
+from fairfl.federated.algorithms.dqnfed import DQNFed
+from fairfl.federated.algorithms.fedavg import FedAvg
+from fairfl.federated.algorithms.afl import AFL
+from fairfl.federated.algorithms.fedmgda import FedMGDAPlus
+from fairfl.training.engine import resolve_device
+from fairfl.runs.history import CHECKPOINT
+from fairfl.runs.loop import simulate, simulate_group
+from fairfl.base.seeding import Stream, keep_mask
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 
@@ -37,10 +37,10 @@ def test_a_cuda_device_computes_in_full_float32_and_deterministically():
 
 def test_fednl_and_fednew_differentiate_the_lstm_twice_on_the_gpu(fairfl_env):
     # cuDNN's LSTM refuses a backward pass in eval mode, where second-order methods take their
-    # Hessian-vector products; the character LSTM takes its unrolled path there (fairfl.models)
-    from fairfl.algorithms.fednew import FedNew
-    from fairfl.algorithms.fednl import FedNL
-    from fairfl.paper import dqnfed_shakespeare_config
+    # Hessian-vector products; the character LSTM takes its unrolled path there (fairfl.federated.models)
+    from fairfl.federated.algorithms.fednew import FedNew
+    from fairfl.federated.algorithms.fednl import FedNL
+    from fairfl.studies.paper import dqnfed_shakespeare_config
     for algorithm in (FedNL(mu=10.0, hessian_batch=8), FedNew(rho=100.0, hessian_batch=8, cg_iters=3)):
         config = dqnfed_shakespeare_config(algorithm, roles=2, max_samples=16, rounds=1, track_improved=False)
         cpu = simulate(config, progress=False)
@@ -139,8 +139,8 @@ def tensors(x):
 @pytest.mark.parametrize("name", ["cnn_fedprox_momentum", "cnn_fedmgda_plus", "mlp_dqnfed", "adult_afl"])
 def test_cuda_graphs_give_the_eager_bits(fmnist, name):
     # a fused step replayed from a CUDA graph runs the eager step's kernels: one config, one result
-    # on a device, graphs on or off (fairfl.engine.graphs); and no capture fell back
-    from fairfl.engine import graphs
+    # on a device, graphs on or off (fairfl.training.engine.graphs); and no capture fell back
+    from fairfl.training.engine import graphs
     config = GROUP[name].replace(device="cuda")
     with graphs.switched(False):
         eager = simulate(config, progress=False)

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-import fairfl.data as datasets
-from fairfl.data import load_dataset, report
-from fairfl.data.base import downloads_allowed
-from fairfl.data.mnist import read_idx
-from fairfl.errors import ConfigError, DatasetNotFoundError
-from fairfl.paths import data_root, results_root
+import fairfl.federated.data as datasets
+from fairfl.federated.data import load_dataset, report
+from fairfl.federated.data.base import downloads_allowed
+from fairfl.federated.data.mnist import read_idx
+from fairfl.base.errors import ConfigError, DatasetNotFoundError
+from fairfl.base.paths import data_root, results_root
 
 
 def test_test_environment_is_isolated(fairfl_env):
@@ -40,8 +40,8 @@ def test_fashion_mnist(fmnist, fairfl_env):
     assert ds.source in ("/usr/share/datasets/fashion-mnist", str(raw))
     assert (raw / "train-images-idx3-ubyte").stat().st_size == 16 + 60000 * 28 * 28
     assert (raw / "t10k-labels-idx1-ubyte").stat().st_size == 8 + 10000
-    from fairfl.data.base import sha256
-    from fairfl.data.mnist import FASHION_SHA256
+    from fairfl.federated.data.base import sha256
+    from fairfl.federated.data.mnist import FASHION_SHA256
     assert all(sha256(raw / f) == staged for f, (_, staged) in FASHION_SHA256.items())
 
 
@@ -95,7 +95,7 @@ def test_adult():
 
 
 def test_adult_attribute_partition():
-    from fairfl.partition import PartitionSpec, federate
+    from fairfl.federated.partition import PartitionSpec, federate
     fed = federate(load_dataset("adult"), PartitionSpec("attribute", num_clients=2, split=None))
     assert [c.num_train for c in fed.clients] == [32561 - 413, 413]
     assert [len(c.y_test) for c in fed.clients] == [16281 - 181, 181]
@@ -142,7 +142,7 @@ def test_idx_reader_matches_the_raw_bytes_and_rejects_bad_files(fmnist, fairfl_e
 
 def test_loading_fashion_mnist_does_not_import_torchvision(fmnist, fairfl_env):
     # torchvision's import costs about 2 s in every worker process of a sweep
-    code = ("import sys; from fairfl.data import load_dataset; load_dataset('fashion_mnist'); "
+    code = ("import sys; from fairfl.federated.data import load_dataset; load_dataset('fashion_mnist'); "
             "print('torchvision' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "FAIRFL_DATA": str(fairfl_env["data"])})
@@ -152,7 +152,7 @@ def test_loading_fashion_mnist_does_not_import_torchvision(fmnist, fairfl_env):
 def test_normalisation_does_not_depend_on_the_number_of_threads(fmnist, fairfl_env):
     # a one-thread sweep worker and a two-thread notebook must see the same data
     code = ("import sys, torch; torch.set_num_threads(int(sys.argv[1])); "
-            "from fairfl.data import load_dataset; x = load_dataset('fashion_mnist').x_train; "
+            "from fairfl.federated.data import load_dataset; x = load_dataset('fashion_mnist').x_train; "
             "print(float(x[7, 0, 14, 14]), float(x[123, 0, 20, 3]))")
     env = {**os.environ, "FAIRFL_DATA": str(fairfl_env["data"])}
     outs = {subprocess.run([sys.executable, "-c", code, str(t)], capture_output=True, text=True, check=True,

@@ -3,15 +3,15 @@ were run): in this process with one or two torch threads, in a worker process of
 resumed from a checkpoint written under another thread count — bit-identical histories. The
 models: the Table 3 CNN, whose convolutions' reductions depend on the thread count when left
 free (measured: 2.6393633 vs 2.6393638 after one round, 3.69 vs 4.03 after two), and the stacked
-character LSTM (``fairfl.stacked_lstm``)."""
+character LSTM (``fairfl.federated.stacked_lstm``)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.loop import simulate
-from fairfl.sweeps import ProcessBackend, SerialBackend, run_many
+from fairfl.runs.loop import simulate
+from fairfl.runs.sweeps import ProcessBackend, SerialBackend, run_many
 
 # 100 clients of 600 samples (60 steps of b = 10 each), 3 a round; evaluated at the end only (every
 # client's training loss over all 60,000 samples was most of this test's time), checkpointed every round

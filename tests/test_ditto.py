@@ -11,13 +11,13 @@ import torch
 import torch.nn.functional as F
 
 from fairfl import ConfigError, ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.algorithms.ditto import Ditto
-from fairfl.algorithms.fedavg import FedAvg, FedAvgFT
-from fairfl.client import flat_params, set_flat_params, train_instances
-from fairfl.history import load_checkpoint
-from fairfl.loop import simulate
-from fairfl.models import build_model
-from fairfl.seeding import Stream
+from fairfl.federated.algorithms.ditto import Ditto
+from fairfl.federated.algorithms.fedavg import FedAvg, FedAvgFT
+from fairfl.training.client import flat_params, set_flat_params, train_instances
+from fairfl.runs.history import load_checkpoint
+from fairfl.runs.loop import simulate
+from fairfl.federated.models import build_model
+from fairfl.base.seeding import Stream
 
 SHARDS = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)}, model="mlp2",
                           partition=PartitionSpec("shards", num_clients=6, shards_per_client=1),
@@ -73,8 +73,8 @@ def test_lambda_pulls_the_personal_models_towards_the_global_one(fmnist, tmp_pat
 
 
 def test_lambda_zero_personal_model_equals_the_clients_own_local_training(fmnist, tmp_path):
-    from fairfl.client import train_clients
-    from fairfl.loop import federated_data
+    from fairfl.training.client import train_clients
+    from fairfl.runs.loop import federated_data
     cfg = SHARDS.replace(rounds=1, participation=1.0, algorithm=Ditto(lam=0.0))
     _, models = personal(cfg, tmp_path)
     fed = federated_data(cfg)
@@ -123,9 +123,9 @@ def test_local_only_trains_a_never_sampled_clients_own_initial_model(fmnist, tmp
     its own data (the fine-tuning stream, no proximal term) — by hand — not at the global model."""
     from dataclasses import replace
 
-    from fairfl.client import evaluate_model
-    from fairfl.loop import federated_data
-    from fairfl.seeding import FINETUNE
+    from fairfl.training.client import evaluate_model
+    from fairfl.runs.loop import federated_data
+    from fairfl.base.seeding import FINETUNE
     cfg = SHARDS.replace(rounds=1, participation=0.34, algorithm=Ditto(lam=0.0))
     run, _ = personal(cfg, tmp_path)
     h = run.history

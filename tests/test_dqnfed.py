@@ -11,18 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairfl import ConfigError, ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.algorithms import Context, RoundPlan, make_algorithm
-from fairfl.algorithms import dqnfed
-from fairfl.algorithms.dqnfed import (ROUNDING, ROUNDING_MARGIN, DQNFed, client_updates, curvature_pair, dqnfed_step,
-                                     inverse_hessian_product, rounding_bound, theorem_4_2_scale, usable_pair)
-from fairfl.client import ClientRuntime
-from fairfl.client import gradients as full_batch_gradients
-from fairfl.history import load_checkpoint
-from fairfl.loop import simulate
-from fairfl.messages import ClientUpdates
-from fairfl.minnorm import min_norm_weights
-from fairfl.models import build_model
-from fairfl.partition import federate
+from fairfl.federated.algorithms import Context, RoundPlan, make_algorithm
+from fairfl.federated.algorithms import dqnfed
+from fairfl.federated.algorithms.dqnfed import (ROUNDING, ROUNDING_MARGIN, DQNFed, client_updates, curvature_pair, dqnfed_step,
+                                                inverse_hessian_product, rounding_bound, theorem_4_2_scale, usable_pair)
+from fairfl.training.client import ClientRuntime
+from fairfl.training.client import gradients as full_batch_gradients
+from fairfl.runs.history import load_checkpoint
+from fairfl.runs.loop import simulate
+from fairfl.federated.messages import ClientUpdates
+from fairfl.federated.minnorm import min_norm_weights
+from fairfl.federated.models import build_model
+from fairfl.federated.partition import federate
 
 
 def dqnfed_client_updates(model, w, previous, data, clients, local, seed, round_, batched=True, loss_before=False):
@@ -329,7 +329,7 @@ def test_no_curvature_decision_of_the_golden_dqnfed_cases_flips_in_the_last_bits
 
 @pytest.fixture(scope="module")
 def three_class(fmnist):
-    from fairfl.data import load_dataset
+    from fairfl.federated.data import load_dataset
     ds = load_dataset("fashion_mnist", classes=(6, 2, 0))
     return ds, federate(ds, PartitionSpec("one_class", num_clients=3, classes=(0, 1, 2), split=None))
 

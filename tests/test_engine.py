@@ -1,4 +1,4 @@
-"""The run-batched engine (``fairfl.engine``): runs trained side by side in one lockstep group
+"""The run-batched engine (``fairfl.training.engine``): runs trained side by side in one lockstep group
 give exactly the histories they give alone — every algorithm family, dropout, attacks, FMOL's
 per-objective steps, DQN-Fed's client hook, Ditto's personal models, clients of unequal size,
 the reference path mixed in, checkpoint and resume — and their local training really is fused.
@@ -11,26 +11,27 @@ import json
 import pytest
 import torch
 
-import fairfl.engine as engine
-import fairfl.engine.predict as predictions
-from fairfl.engine import dispatch, exactness, fused
-from fairfl import ExperimentConfig, LocalTraining, PartitionSpec, stacked
-from fairfl.algorithms.afl import AFL
-from fairfl.algorithms.ditto import Ditto
-from fairfl.algorithms.dqnfed import DQNFed
-from fairfl.algorithms.fedavg import FedAvg, FedProx
-from fairfl.algorithms.fedfv import FedFV
-from fairfl.algorithms.fedmgda import FedMGDAPlus
-from fairfl.algorithms.fmgda import FMGDA
-from fairfl.algorithms.qffl import QFedAvg
-from fairfl.algorithms.term import TERM
-from fairfl.errors import ConfigError
-from fairfl.history import load_checkpoint
-from fairfl.loop import simulate, simulate_group
-from fairfl.models import build_model
-from fairfl.paper import fmol_config
-from fairfl import seeding
-from fairfl.seeding import Stream, keep_mask
+import fairfl.training.engine as engine
+import fairfl.training.engine.predict as predictions
+from fairfl.training.engine import dispatch, exactness, fused
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.federated import stacked
+from fairfl.federated.algorithms.afl import AFL
+from fairfl.federated.algorithms.ditto import Ditto
+from fairfl.federated.algorithms.dqnfed import DQNFed
+from fairfl.federated.algorithms.fedavg import FedAvg, FedProx
+from fairfl.federated.algorithms.fedfv import FedFV
+from fairfl.federated.algorithms.fedmgda import FedMGDAPlus
+from fairfl.federated.algorithms.fmgda import FMGDA
+from fairfl.federated.algorithms.qffl import QFedAvg
+from fairfl.federated.algorithms.term import TERM
+from fairfl.base.errors import ConfigError
+from fairfl.runs.history import load_checkpoint
+from fairfl.runs.loop import simulate, simulate_group
+from fairfl.federated.models import build_model
+from fairfl.studies.paper import fmol_config
+from fairfl.base import seeding
+from fairfl.base.seeding import Stream, keep_mask
 
 CNN = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)},
                        partition=PartitionSpec("shards", num_clients=20, shards_per_client=2), model="cnn_fmnist",
@@ -233,7 +234,7 @@ def test_device_settings_are_checked_and_keyed():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_cuda_without_a_gpu_fails_before_any_data_is_read(monkeypatch):
-    import fairfl.loop as loop
+    import fairfl.runs.loop as loop
     monkeypatch.setattr(loop, "federated_data", lambda *a, **k: pytest.fail("data was read"))
     with pytest.raises(ConfigError, match=r"device='cuda', but this machine has no CUDA device"):
         simulate(MLP.replace(device="cuda"), progress=False)
@@ -284,7 +285,7 @@ def test_a_stack_cut_into_chunks_gives_each_run_its_result_alone(fmnist, monkeyp
     assert trained <= exact, (trained, exactness._EXACT_SIZES)
 
 
-# The character LSTM stacked (fairfl.stacked_lstm): three roles of at most 40 windows (32 to train on:
+# The character LSTM stacked (fairfl.federated.stacked_lstm): three roles of at most 40 windows (32 to train on:
 # batches of 10, 10, 10 and 2)
 TEXT = ExperimentConfig(dataset="shakespeare", dataset_options={"max_samples": 40}, model="lstm_shakespeare",
                         partition=PartitionSpec("natural", num_clients=3), local=LocalTraining(epochs=1, batch_size=10, lr=0.8),
@@ -342,7 +343,7 @@ def test_every_stack_size_gives_an_instance_the_bits_of_a_pair(fmnist):
     # The same instance (start, data, stream) stacked with 1..6 copies of itself through the engine:
     # every copy of every stack computes what it computes in a pair. Fails where a stack of one or
     # three of the CNN is trained as it is (other kernels, exactness.size_is_exact).
-    from fairfl.client import flat_params
+    from fairfl.training.client import flat_params
     model = build_model("cnn_fmnist", (1, 28, 28), 10, seed=0)
     start = flat_params(model)
     source = engine.Source(fmnist.x_train[:60], fmnist.y_train[:60], 0, 60)
@@ -389,7 +390,7 @@ def test_predictions_of_several_models_on_the_same_data_are_each_models_own(fmni
     """Predict jobs on the same inputs (the losses and evaluations of a lockstep group) give each
     model the logits it gets alone bit for bit: stacked for a small dense model (where it pays and
     is exact), one model at a time for the MLP and the CNN (where a stack is slower)."""
-    from fairfl.client import flat_params, predict
+    from fairfl.training.client import flat_params, predict
     exactness._PREDICT_EXACT.clear()
     x = fmnist.x_test[:1100].reshape(1100, -1) if name == "logreg" else fmnist.x_test[:1100]
     parts = (x[:300], x[300:1099], x[1099:])                    # chunks across parts, a last short one

@@ -1,4 +1,4 @@
-"""The switch of ``fairfl.engine.exactness``: ``FAIRFL_EXACT=0`` really skips the probes and the
+"""The switch of ``fairfl.training.engine.exactness``: ``FAIRFL_EXACT=0`` really skips the probes and the
 strict modes (no probe is run, no stack is padded, MKL keeps its default mode, the weight gradient
 is always taken the faster way round), and the results it gives still agree with the exact ones
 to float tolerance. By default everything is exact. Each mode is a fresh process: MKL's mode is
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fairfl.engine import exactness
+from fairfl.training.engine import exactness
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,10 +24,10 @@ SCRIPT = r"""
 import json, os, sys
 import torch
 import fairfl
-from fairfl.client import LocalTraining, flat_params
-from fairfl.engine import Job, Source, exactness, execute, fused
-from fairfl.models import build_model
-from fairfl.seeding import Stream
+from fairfl.training.client import LocalTraining, flat_params
+from fairfl.training.engine import Job, Source, exactness, execute, fused
+from fairfl.federated.models import build_model
+from fairfl.base.seeding import Stream
 
 torch.set_num_threads(1)
 g = torch.Generator().manual_seed(0)

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.errors import RunFailedError
-from fairfl.sweeps import ProcessBackend, SerialBackend, run_many
+from fairfl.base.errors import RunFailedError
+from fairfl.runs.sweeps import ProcessBackend, SerialBackend, run_many
 
 CFG = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)}, model="mlp2",
                        partition=PartitionSpec("shards", num_clients=10, shards_per_client=2),
@@ -69,8 +69,8 @@ import os
 import signal
 from dataclasses import dataclass
 
-from fairfl.algorithms import register
-from fairfl.algorithms.fedavg import FedAvg
+from fairfl.federated.algorithms import register
+from fairfl.federated.algorithms.fedavg import FedAvg
 
 
 @register
@@ -106,13 +106,13 @@ PARENT = '''
 import sys, time
 from pathlib import Path
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.sweeps import ProcessBackend
+from fairfl.runs.sweeps import ProcessBackend
 
 if __name__ == "__main__":
     cfg = ExperimentConfig(dataset="fashion_mnist", model="cnn_fmnist",
                            partition=PartitionSpec("shards", num_clients=10, shards_per_client=2),
                            local=LocalTraining(epochs=5, batch_size=10, lr=0.01), rounds=1000, clients_per_round=5)
-    from fairfl.sweeps.workers import _worker_run_group, portable
+    from fairfl.runs.sweeps.workers import _worker_run_group, portable
     pool = ProcessBackend(workers=2)._start()
     futures = [pool.submit(_worker_run_group, ([portable(cfg.replace(seed=s))], sys.argv[2])) for s in range(2)]
     deadline = time.monotonic() + 120
@@ -153,7 +153,7 @@ def test_runs_of_the_reference_loop_go_out_singly_and_fused_runs_in_lockstep_gro
     """Runs with batched=False fuse nothing, so a lockstep group would train them one after another
     on one worker while the other waits (notebook 06's Shakespeare groups left a core idle for
     minutes): they go out as single runs. Batched runs still share lockstep groups."""
-    from fairfl.sweeps import plan_groups
+    from fairfl.runs.sweeps import plan_groups
     fused = [CFG.replace(seed=s) for s in range(6)]
     reference = [CFG.replace(seed=s, batched=False) for s in range(5)]
     groups = plan_groups(fused + reference, slots=2)
@@ -161,7 +161,7 @@ def test_runs_of_the_reference_loop_go_out_singly_and_fused_runs_in_lockstep_gro
     assert plan_groups(fused, slots=2) == [[0, 2, 4], [1, 3, 5]]
     assert plan_groups(reference, slots=2) == [[0], [1], [2], [3], [4]]
     # with the family's rate measured, no group above a quarter of the sweep (two runs a group at least)
-    from fairfl.sweeps import rate_key
+    from fairfl.runs.sweeps import rate_key
     rates = {rate_key(CFG): 0.5, rate_key(reference[0]): 0.5}
     assert plan_groups(fused + reference, slots=2, rates=rates) == [[0, 3], [1, 4], [2, 5], [6], [7], [8], [9], [10]]
     assert plan_groups(fused[:4], slots=2, rates=rates) == [[0, 2], [1, 3]]
@@ -174,8 +174,8 @@ def test_groups_are_cut_and_ordered_by_the_seconds_each_family_measured(tmp_path
     CPU-seconds, alone for 36 s after the other worker was done. With the rates a sweep measured
     (CPU seconds per unit of expected_cost, per family), that family's groups come first and are cut
     small enough that the last to start are short. The rates are kept in the results folder."""
-    from fairfl import sweeps
-    from fairfl.sweeps import expected_cost, plan_groups
+    from fairfl.runs import sweeps
+    from fairfl.runs.sweeps import expected_cost, plan_groups
     cheap = [CFG.replace(seed=s) for s in range(8)]                                   # one family
     costly = [CFG.replace(seed=s, local=dataclasses.replace(CFG.local, batch_size=5)) for s in range(8)]
     configs = cheap + costly
@@ -204,7 +204,7 @@ def test_a_group_holds_the_runs_of_one_partition():
     """Notebook 06 draws each reporting seed's partition anew: dealt out in turn, every group held
     all ten partitions, and two workers filled 24 GB. A family's runs are now grouped by partition
     first: a group holds its data once."""
-    from fairfl.sweeps import plan_groups
+    from fairfl.runs.sweeps import plan_groups
     configs = [CFG.replace(seed=s, partition=dataclasses.replace(CFG.partition, seed=s % 3), rounds=1 + m)
                for s in range(6) for m in range(4)]
     groups = plan_groups(configs, slots=2)
@@ -214,5 +214,5 @@ def test_a_group_holds_the_runs_of_one_partition():
     assert len(groups) == 3
     # with the family's rate measured, each partition's third of the sweep in two groups: three groups on
     # two workers would leave one idle for a third of the sweep
-    from fairfl.sweeps import rate_key
+    from fairfl.runs.sweeps import rate_key
     assert len(plan_groups(configs, slots=2, rates={rate_key(configs[0]): 1.0})) == 6

@@ -9,13 +9,14 @@ import matplotlib
 import pytest
 
 import fairfl
-from fairfl import ExperimentConfig, LocalTraining, PartitionSpec, plotting
-from fairfl.algorithms.fedavg import FedAvg
-from fairfl.algorithms.fedmgda import FedMGDAPlus
-from fairfl.errors import ConfigError
-from fairfl.explorer import DISTRIBUTION
-from fairfl.notebook import Sweep
-from fairfl.sweeps import SerialBackend, run_many
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.studies import plotting
+from fairfl.federated.algorithms.fedavg import FedAvg
+from fairfl.federated.algorithms.fedmgda import FedMGDAPlus
+from fairfl.base.errors import ConfigError
+from fairfl.studies.explorer import DISTRIBUTION
+from fairfl.studies.notebook import Sweep
+from fairfl.runs.sweeps import SerialBackend, run_many
 
 CFG = ExperimentConfig(dataset="adult", model="logreg",
                        partition=PartitionSpec("attribute", num_clients=2, attribute_values=(0, 1), split=None),

@@ -7,14 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fairfl import ConfigError, ExperimentConfig
-from fairfl.algorithms import Context, make_algorithm, sample_clients
-from fairfl.algorithms.afl import AFL, project_simplex
-from fairfl.algorithms.fedavg import FedAvg, FedAvgN
-from fairfl.algorithms.fedmgda import FedMGDA, FedMGDAPlus
-from fairfl.algorithms.qffl import QFedAvg
-from fairfl.attacks import BiasAttack, ScalingAttack, make_attack
-from fairfl.client import LocalTraining
-from fairfl.messages import ClientUpdates
+from fairfl.federated.algorithms import Context, make_algorithm, sample_clients
+from fairfl.federated.algorithms.afl import AFL, project_simplex
+from fairfl.federated.algorithms.fedavg import FedAvg, FedAvgN
+from fairfl.federated.algorithms.fedmgda import FedMGDA, FedMGDAPlus
+from fairfl.federated.algorithms.qffl import QFedAvg
+from fairfl.federated.attacks import BiasAttack, ScalingAttack, make_attack
+from fairfl.training.client import LocalTraining
+from fairfl.federated.messages import ClientUpdates
 
 
 def reports(updates, losses=None, n=None):
@@ -268,7 +268,7 @@ def _adult(**changes):
 
 
 def test_bias_attack_leaves_whole_fedmgda_plus_runs_unchanged_bit_for_bit():
-    from fairfl.loop import simulate
+    from fairfl.runs.loop import simulate
     honest = simulate(_adult(algorithm=FedMGDAPlus(eps=0.1)), progress=False)
     attacked = simulate(_adult(algorithm=FedMGDAPlus(eps=0.1),
                                attacks=({"kind": "bias", "client": 1, "bias": 1e4},)), progress=False)
@@ -281,13 +281,13 @@ def test_bias_attack_leaves_whole_fedmgda_plus_runs_unchanged_bit_for_bit():
 
 
 def test_eps_zero_run_equals_fedavg_n_run_bit_for_bit():
-    from fairfl.loop import simulate
+    from fairfl.runs.loop import simulate
     a = simulate(_adult(algorithm=FedMGDAPlus(eps=0.0, decay=0.5)), progress=False)
     b = simulate(_adult(algorithm=FedAvgN(decay=0.5)), progress=False)
     assert a.test_acc == b.test_acc and a.train_loss == b.train_loss
 
 
 def test_phd_only_baseline_trains_only_the_eligible_client():
-    from fairfl.loop import simulate
+    from fairfl.runs.loop import simulate
     h = simulate(_adult(algorithm="fedavg", eligible_clients=(1,), clients_per_round=1), progress=False)
     assert h.sampled == [[1], [1], [1]]

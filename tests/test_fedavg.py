@@ -1,4 +1,4 @@
-"""FedAvg, FedAvg-n, FedProx and FedAvg-FT (fairfl.algorithms.fedavg) on hand-made and adversarial
+"""FedAvg, FedAvg-n, FedProx and FedAvg-FT (fairfl.federated.algorithms.fedavg) on hand-made and adversarial
 inputs, and FedAvg-FT's fine-tuning on real data."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fairfl.algorithms import Context, make_algorithm
-from fairfl.algorithms.fedavg import FedAvg, FedAvgN, FedProx, normalise_rows
-from fairfl.client import LocalTraining
-from fairfl.errors import ConfigError
-from fairfl.messages import ClientUpdates
+from fairfl.federated.algorithms import Context, make_algorithm
+from fairfl.federated.algorithms.fedavg import FedAvg, FedAvgN, FedProx, normalise_rows
+from fairfl.training.client import LocalTraining
+from fairfl.base.errors import ConfigError
+from fairfl.federated.messages import ClientUpdates
 
 
 def reports(updates, num_samples=None) -> ClientUpdates:
@@ -208,12 +208,12 @@ def test_fedavg_ft_trains_as_fedavg_and_scores_each_client_after_fine_tuning(fmn
     one epoch of its own local SGD (on the FINETUNE stream), computed here by hand from the
     checkpoint; a second epoch moves the scores. Broken variants caught: scoring the global model,
     fine-tuning only the sampled clients, fine-tuning on the round's training batches."""
-    from fairfl.algorithms.fedavg import FedAvgFT
-    from fairfl.client import ClientRuntime, set_flat_params
-    from fairfl.history import load_checkpoint
-    from fairfl.loop import federated_data, simulate
-    from fairfl.models import build_model
-    from fairfl.seeding import FINETUNE
+    from fairfl.federated.algorithms.fedavg import FedAvgFT
+    from fairfl.training.client import ClientRuntime, set_flat_params
+    from fairfl.runs.history import load_checkpoint
+    from fairfl.runs.loop import federated_data, simulate
+    from fairfl.federated.models import build_model
+    from fairfl.base.seeding import FINETUNE
     ft = simulate(_shards(FedAvgFT()), checkpoint_dir=tmp_path / "ft", progress=False)
     avg = simulate(_shards(FedAvg()), checkpoint_dir=tmp_path / "avg", progress=False)
     w_ft, w_avg = (load_checkpoint(tmp_path / n, _shards(a)).params for n, a in (("ft", FedAvgFT()), ("avg", FedAvg())))

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairfl import ConfigError
-from fairfl.algorithms import Context, make_algorithm
-from fairfl.algorithms.fedavg import FedAvg
-from fairfl.algorithms.fedfv import FedFV, kept_count, project_conflicts, projection_order
-from fairfl.messages import ClientUpdates
+from fairfl.federated.algorithms import Context, make_algorithm
+from fairfl.federated.algorithms.fedavg import FedAvg
+from fairfl.federated.algorithms.fedfv import FedFV, kept_count, project_conflicts, projection_order
+from fairfl.federated.messages import ClientUpdates
 
 
 def reports(updates, losses, clients=None):

@@ -26,9 +26,9 @@ import torch
 pytest.importorskip("flwr")
 
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.algorithms.fmgda import FMGDA
-from fairfl.history import load_checkpoint
-from fairfl.loop import simulate
+from fairfl.federated.algorithms.fmgda import FMGDA
+from fairfl.runs.history import load_checkpoint
+from fairfl.runs.loop import simulate
 
 # Three-class Fashion-MNIST split in label shards over 6 clients, 3 sampled per round: the
 # clients' updates conflict, so FedFV projects, MGDA's λ moves off uniform and q-FedAvg's
@@ -87,7 +87,7 @@ import sys
 import torch
 sys.path.insert(0, sys.argv[1])
 from test_flower import CONFIGS
-from fairfl.flower import run_simulation
+from fairfl.runs.flower import run_simulation
 runs = run_simulation(*CONFIGS.values(), num_cpus=2)
 torch.save({name: (run.params, run.history) for name, run in zip(CONFIGS, runs)}, sys.argv[2])
 print("rounds done:", sorted({run.history.rounds_done for run in runs}))
@@ -177,10 +177,10 @@ def test_fmgda_training_loss_is_averaged_over_each_objectives_holders(loop_runs)
     """FMOL eq. (2) with the partial A of the Flower run: f_s averages over the clients holding s,
     which here differs from the average over all clients (so the Flower run's equal training
     loss above is the holders' average, not the all-clients one)."""
-    from fairfl.client import ClientRuntime
-    from fairfl.data import load_dataset
-    from fairfl.loop import federated_data
-    from fairfl.models import build_model
+    from fairfl.training.client import ClientRuntime
+    from fairfl.federated.data import load_dataset
+    from fairfl.runs.loop import federated_data
+    from fairfl.federated.models import build_model
     cfg = CONFIGS["fmgda"]
     history, params = loop_runs["fmgda"]
     ds = load_dataset(cfg.dataset, **dict(cfg.dataset_options))
@@ -196,8 +196,8 @@ def test_fmgda_training_loss_is_averaged_over_each_objectives_holders(loop_runs)
 def test_a_node_without_its_client_id_is_refused():
     from types import SimpleNamespace
 
-    from fairfl.errors import ConfigError
-    from fairfl.flower import client_id
+    from fairfl.base.errors import ConfigError
+    from fairfl.runs.flower import client_id
     with pytest.raises(ConfigError, match="partition-id"):
         client_id(SimpleNamespace(node_config={}))
     assert client_id(SimpleNamespace(node_config={"partition-id": 4})) == 4
@@ -206,8 +206,8 @@ def test_a_node_without_its_client_id_is_refused():
 def test_a_gpu_config_is_refused_before_the_simulation_starts():
     # Flower's Ray backend hides the GPUs from nodes that ask for none: one clear error instead of
     # a torch error in every node. Without a GPU, "cuda" is refused as a device this machine lacks.
-    from fairfl.errors import ConfigError
-    from fairfl.flower import run_simulation
+    from fairfl.base.errors import ConfigError
+    from fairfl.runs.flower import run_simulation
     reason = "the Flower simulation trains on the CPU" if torch.cuda.is_available() else "has no CUDA device"
     with pytest.raises(ConfigError, match=f"device='cuda', but .*{reason}"):
         run_simulation(BASE, BASE.replace(device="cuda"))
@@ -216,9 +216,9 @@ def test_a_gpu_config_is_refused_before_the_simulation_starts():
 def test_an_algorithm_that_makes_its_personal_models_at_evaluation_is_refused():
     """FedAvg-FT fine-tunes at evaluation; a node scores a personalised algorithm at the model it
     keeps (Ditto's), so it would have scored the global model as if it were personal."""
-    from fairfl.algorithms.fedavg import FedAvgFT
-    from fairfl.errors import ConfigError
-    from fairfl.flower import run_simulation
+    from fairfl.federated.algorithms.fedavg import FedAvgFT
+    from fairfl.base.errors import ConfigError
+    from fairfl.runs.flower import run_simulation
     with pytest.raises(ConfigError, match="fedavg_ft makes each client's model when it is evaluated"):
         run_simulation(BASE, BASE.replace(algorithm=FedAvgFT()))
 
@@ -226,8 +226,8 @@ def test_an_algorithm_that_makes_its_personal_models_at_evaluation_is_refused():
 def test_report_round_trip_keeps_every_field():
     """What a node sends is what the rule reads: updates (also per objective), losses, masks and
     extras come back with their values (scalars as float64)."""
-    from fairfl.flower import decode_reports, encode_report
-    from fairfl.messages import ClientUpdates
+    from fairfl.runs.flower import decode_reports, encode_report
+    from fairfl.federated.messages import ClientUpdates
     rng = torch.Generator().manual_seed(0)
     rows = []
     for k in (4, 1):

@@ -15,16 +15,16 @@ import torch
 from torch import nn
 
 from fairfl import ConfigError, ExperimentConfig, LocalTraining, PartitionSpec, TrainingDivergedError
-from fairfl.algorithms import Context
-from fairfl.algorithms.fedmgda import FedMGDA
-from fairfl.algorithms.fmgda import FMGDA, average_updates
-from fairfl.client import train_objectives
-from fairfl.history import load_checkpoint
-from fairfl.loop import simulate
-from fairfl.messages import ClientUpdates
-from fairfl.minnorm import min_norm_weights
-from fairfl.models import MultiTaskNet, objective_indices, shared_mask
-from fairfl.partition import Client
+from fairfl.federated.algorithms import Context
+from fairfl.federated.algorithms.fedmgda import FedMGDA
+from fairfl.federated.algorithms.fmgda import FMGDA, average_updates
+from fairfl.training.client import train_objectives
+from fairfl.runs.history import load_checkpoint
+from fairfl.runs.loop import simulate
+from fairfl.federated.messages import ClientUpdates
+from fairfl.federated.minnorm import min_norm_weights
+from fairfl.federated.models import MultiTaskNet, objective_indices, shared_mask
+from fairfl.federated.partition import Client
 
 
 # ----------------------------------------------------------------------------- the server rule
@@ -260,7 +260,7 @@ def test_bad_options_are_named(options, match):
 
 
 def test_a_single_task_model_refuses_several_tasks():
-    from fairfl.models import build_model
+    from fairfl.federated.models import build_model
     with pytest.raises(ConfigError, match="has one output head, the data has 2 tasks"):
         build_model("cnn_fmnist", (1, 28, 28), 10, tasks=2)
 
@@ -269,13 +269,13 @@ def test_a_single_task_model_refuses_several_tasks():
 
 @pytest.fixture(scope="module")
 def multimnist(fairfl_env):
-    from fairfl.data import load_dataset
+    from fairfl.federated.data import load_dataset
     return load_dataset("multimnist", source="mnist_5k", seed=0)
 
 
 def test_multimnist_from_mnist_5k(multimnist):
-    from fairfl.data import load_dataset
-    from fairfl.data.multimnist import pair_indices
+    from fairfl.federated.data import load_dataset
+    from fairfl.federated.data.multimnist import pair_indices
     ds = multimnist
     assert ds.x_train.shape == (4000, 1, 28, 28) and ds.x_test.shape == (1000, 1, 28, 28)
     assert ds.y_train.shape == (4000, 2) and ds.y_train.dtype == torch.int64 and ds.tasks == ("L", "R")
@@ -291,7 +291,7 @@ def test_multimnist_from_mnist_5k(multimnist):
 
 
 def test_compose_places_left_top_left_and_right_bottom_right():
-    from fairfl.data.multimnist import compose
+    from fairfl.federated.data.multimnist import compose
     left, right = torch.zeros(1, 1, 28, 28), torch.zeros(1, 1, 28, 28)
     left[..., :6, :6] = 1.0        # a blob in the top-left corner of the left image
     right[..., -6:, -6:] = 1.0     # and in the bottom-right corner of the right one
@@ -307,7 +307,7 @@ def test_compose_places_left_top_left_and_right_bottom_right():
 
 
 def test_label_limited_partition_gives_at_most_two_task_L_labels(multimnist):
-    from fairfl.partition import federate, label_limited
+    from fairfl.federated.partition import federate, label_limited
     parts = label_limited(multimnist.y_train[:, 0].numpy(), 10, 256, 2, np.random.default_rng(3))
     flat_ids = np.concatenate(parts)
     assert len(parts) == 10 and all(len(p) == 256 for p in parts) and len(np.unique(flat_ids)) == 2560
@@ -326,7 +326,7 @@ def test_label_limited_partition_gives_at_most_two_task_L_labels(multimnist):
 
 
 def test_iid_subset_partition_and_seeding(multimnist):
-    from fairfl.partition import iid
+    from fairfl.federated.partition import iid
     y = multimnist.y_train[:, 0].numpy()
     a = iid(len(y), 10, np.random.default_rng(0), samples_per_client=256)
     b = iid(len(y), 10, np.random.default_rng(0), samples_per_client=256)
@@ -337,8 +337,8 @@ def test_iid_subset_partition_and_seeding(multimnist):
 
 
 def test_partition_errors(multimnist):
-    from fairfl.data import load_dataset
-    from fairfl.partition import federate, iid, label_limited
+    from fairfl.federated.data import load_dataset
+    from fairfl.federated.partition import federate, iid, label_limited
     rng = np.random.default_rng(0)
     y = multimnist.y_train[:, 0].numpy()
     with pytest.raises(ConfigError, match="only 4000"):

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from fairfl import ConfigError, ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.algorithms import Context
-from fairfl.algorithms.fmgda import FMGDA
-from fairfl.messages import ClientUpdates
-from fairfl.minnorm import min_norm_direction, min_norm_weights, sener_koltun_weights
-from fairfl.models import build_model
-from fairfl.paper import fmol_config
+from fairfl.federated.algorithms import Context
+from fairfl.federated.algorithms.fmgda import FMGDA
+from fairfl.federated.messages import ClientUpdates
+from fairfl.federated.minnorm import min_norm_direction, min_norm_weights, sener_koltun_weights
+from fairfl.federated.models import build_model
+from fairfl.studies.paper import fmol_config
 
 
 # ----------------------------------------------------------------------------- the S&K solver
@@ -153,12 +153,12 @@ def test_init_option_is_validated_and_enters_the_key_only_when_set():
 
 @pytest.fixture(scope="module")
 def base5k(fairfl_env):
-    from fairfl.data import load_dataset
+    from fairfl.federated.data import load_dataset
     return load_dataset("mnist_5k", normalize="none")
 
 
 def test_normalize_mnist_is_sener_koltuns_fixed_standardisation(fairfl_env):
-    from fairfl.data import load_dataset
+    from fairfl.federated.data import load_dataset
     raw = load_dataset("multimnist", source="mnist_5k", seed=0, normalize="none")
     sk = load_dataset("multimnist", source="mnist_5k", seed=0, normalize="mnist")
     ours = load_dataset("multimnist", source="mnist_5k", seed=0)
@@ -177,7 +177,7 @@ def test_normalize_mnist_is_sener_koltuns_fixed_standardisation(fairfl_env):
 
 
 def test_sener_koltun_construction_places_scales_and_resizes_as_their_loader():
-    from fairfl.data.multimnist import compose
+    from fairfl.federated.data.multimnist import compose
     left, right = torch.zeros(1, 1, 28, 28), torch.zeros(1, 1, 28, 28)
     left[..., :6, :6] = 0.5                # the canvas's maximum is 0.5: byte-scaling lifts it to 1
     right[..., -6:, -6:] = 0.25            # → 0.5 after scaling, stored in 8 bits: floor(127.5 + 0.5) / 255
@@ -204,7 +204,7 @@ def test_sener_koltun_construction_places_scales_and_resizes_as_their_loader():
 
 
 def test_sener_koltun_pairs_are_independent_draws(fairfl_env, base5k):
-    from fairfl.data import load_dataset
+    from fairfl.federated.data import load_dataset
     sk = load_dataset("multimnist", source="mnist_5k", seed=0, construction="sener_koltun")
     rng = np.random.default_rng(0)
     partner = rng.integers(0, 4000, size=4000)                 # train split first, from the loader's seed
@@ -214,11 +214,11 @@ def test_sener_koltun_pairs_are_independent_draws(fairfl_env, base5k):
 
 
 def test_dataset_readings_enter_the_key_only_when_set(monkeypatch):
-    import fairfl.config
+    import fairfl.runs.config
     base = fmol_config(K=1, iid=True)
     # keys of the paper configs computed before these options existed (commit 662ae14, cache version 5): unchanged
     with monkeypatch.context() as m:
-        m.setattr(fairfl.config, "CACHE_VERSION", 5)
+        m.setattr(fairfl.runs.config, "CACHE_VERSION", 5)
         assert base.key() == "11aa224199f56b27" and fmol_config(K=20, iid=False).key() == "b685e4403bca3306"
     explicit = base.replace(dataset_options={**base.dataset_options, "normalize": "global", "construction": "fairfl"},
                             algorithm=FMGDA(server_lr=0.1, solver="quadprog"))
@@ -232,7 +232,7 @@ def test_dataset_readings_enter_the_key_only_when_set(monkeypatch):
 # ----------------------------------------------------------------------------- a real run
 
 def test_every_reading_together_runs_on_real_multimnist(fairfl_env):
-    from fairfl.loop import simulate
+    from fairfl.runs.loop import simulate
     cfg = ExperimentConfig(
         dataset="multimnist", dataset_options={"source": "mnist_5k", "normalize": "mnist", "construction": "sener_koltun"},
         model="multi_lenet", model_options={"init": "xavier"},
@@ -248,7 +248,7 @@ def test_every_reading_together_runs_on_real_multimnist(fairfl_env):
 
 
 def test_fmol_config_readings_are_declared_distinct_and_validated():
-    from fairfl.paper import FMOL_READINGS
+    from fairfl.studies.paper import FMOL_READINGS
     keys = {r: fmol_config(K=1, iid=True, reading=r).validate().key() for r in FMOL_READINGS}
     assert keys["ours"] == fmol_config(K=1, iid=True).key() and len(set(keys.values())) == len(FMOL_READINGS)
     sk = fmol_config(K=5, iid=False, reading="sk-all")

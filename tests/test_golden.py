@@ -7,7 +7,7 @@ recording instead (``golden/histories_changed.json``, ``make_golden_changed.py``
 differ from 2392cdc's.
 
 **What a golden promises across CPU kernels.** Bit for bit where the CPU kernels are those of the
-recording (``fairfl.loop.cpu_kernels``, stored in ``golden/cpu_kernels_2392cdc.json``). Elsewhere —
+recording (``fairfl.runs.loop.cpu_kernels``, stored in ``golden/cpu_kernels_2392cdc.json``). Elsewhere —
 an Intel CPU, where MKL takes another branch than on the recording's AMD one, or another oneDNN
 instruction set — the last bits differ from the first step on, so: the clients drawn are identical;
 every continuous series agrees to :data:`OTHER_KERNELS_RTOL` of its largest magnitude (why that
@@ -16,7 +16,7 @@ clients found dependent) agrees exactly (a count's scale is its largest value, s
 by far more than the tolerance). That holds because such a decision is not made on rounding: where
 one flipped between an AMD and an Intel machine (DQN-Fed's curvature test on a converged client's
 pair of a few ulps), the rule now decides with a declared margin above the rounding of its inputs
-(``fairfl.algorithms.dqnfed.usable_pair``), and ``tests/test_dqnfed.py`` moves every pair of these
+(``fairfl.federated.algorithms.dqnfed.usable_pair``), and ``tests/test_dqnfed.py`` moves every pair of these
 cases in its last bits and sees no decision flip. A count that moves on other kernels is a defect of
 a rule's margin, to be fixed the same way, never a reason to widen the tolerance."""
 from __future__ import annotations
@@ -32,13 +32,13 @@ import pytest
 import torch
 
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.algorithms.afl import AFL
-from fairfl.algorithms.dqnfed import DQNFed
-from fairfl.algorithms.fedavg import FedAvg, FedAvgN, FedProx
-from fairfl.algorithms.fedfv import FedFV
-from fairfl.algorithms.fedmgda import FedMGDA, FedMGDAPlus, MGDAProx
-from fairfl.algorithms.qffl import QFedAvg
-from fairfl.loop import cpu_kernels, simulate
+from fairfl.federated.algorithms.afl import AFL
+from fairfl.federated.algorithms.dqnfed import DQNFed
+from fairfl.federated.algorithms.fedavg import FedAvg, FedAvgN, FedProx
+from fairfl.federated.algorithms.fedfv import FedFV
+from fairfl.federated.algorithms.fedmgda import FedMGDA, FedMGDAPlus, MGDAProx
+from fairfl.federated.algorithms.qffl import QFedAvg
+from fairfl.runs.loop import cpu_kernels, simulate
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "histories_2392cdc.json").read_text())
 RECORDED_KERNELS = json.loads((Path(__file__).parent / "golden" / "cpu_kernels_2392cdc.json").read_text())
@@ -120,7 +120,7 @@ CHANGED = {
     "fedfv_tau_cnn": "FedFV's history is updated before the external step",
     # DQN-Fed: a converged client's epoch pair (a step of a few ulps) measured rounding, not
     # curvature, and was kept on the recording's kernels and dropped on an Intel machine's; such a
-    # pair is now skipped everywhere (fairfl.algorithms.dqnfed.ROUNDING_MARGIN)
+    # pair is now skipped everywhere (fairfl.federated.algorithms.dqnfed.ROUNDING_MARGIN)
     "dqnfed_two_epochs_mlp": "DQN-Fed skips a curvature pair that does not stand above rounding",
 }
 CHANGED_RECORDING = json.loads((Path(__file__).parent / "golden" / "histories_changed.json").read_text())

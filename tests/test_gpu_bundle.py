@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import gpu_bundle  # noqa: E402
 
-from fairfl.errors import DataError  # noqa: E402
+from fairfl.base.errors import DataError  # noqa: E402
 
 
 def test_wheels_for_python_312_on_linux_x86_64_only():
@@ -52,8 +52,8 @@ def test_the_bundles_data_fits_and_stages_as_the_loaders_prepared_copies(bundle,
     # every dataset the check reads comes from the staged root
     monkeypatch.setenv("FAIRFL_DATA", str(root))
     monkeypatch.setenv("FAIRFL_OFFLINE", "1")
-    from fairfl.data import load_dataset
-    from fairfl.data.shakespeare import load_corpus
+    from fairfl.federated.data import load_dataset
+    from fairfl.federated.data.shakespeare import load_corpus
     for name in ("fashion_mnist", "adult", "mnist_5k"):
         ds = load_dataset(name)
         assert str(root) in ds.source, (name, ds.source)
@@ -85,8 +85,8 @@ def test_the_check_imports_nothing_a_gpu_machine_lacks():
             sys.modules[name] = None
         sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'benchmarks')!r}, {str(REPO / 'tests')!r}]
         import gpu_check, gpu_bundle, sweep_speed, test_engine, core_contention, round_speed
-        import fairfl.algorithms, fairfl.loop, fairfl.sweeps, fairfl.paper, fairfl.notebook, fairfl.plotting
-        import fairfl.engine.graphs
+        import fairfl.federated.algorithms, fairfl.runs.loop, fairfl.runs.sweeps, fairfl.studies.paper, fairfl.studies.notebook, fairfl.studies.plotting
+        import fairfl.training.engine.graphs
         for nb in {notebooks!r}:
             for cell in json.load(open(nb))["cells"]:
                 if cell["cell_type"] != "code":

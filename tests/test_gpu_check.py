@@ -43,7 +43,7 @@ def _main(monkeypatch, *argv: str) -> None:
 
 
 def test_the_stacked_section_reaches_every_model_where_only_pairs_are_exact(tmp_path, monkeypatch):
-    import fairfl.engine.fused as fused
+    import fairfl.training.engine.fused as fused
     asked = []
 
     def pairs_only(model, names, template, row, cfg, device, dtype, m):
@@ -90,9 +90,9 @@ def test_a_check_stopped_mid_section_leaves_the_rows_it_did(tmp_path):
 
 
 def test_a_rerun_of_some_sections_sets_the_device_switches_first(tmp_path, monkeypatch):
-    import fairfl.engine
+    import fairfl.training.engine
     seen = []
-    real = fairfl.engine.resolve_device
+    real = fairfl.training.engine.resolve_device
 
     def recording(spec):
         seen.append((spec, [s["name"] for s in ctx_sections]))
@@ -103,7 +103,7 @@ def test_a_rerun_of_some_sections_sets_the_device_switches_first(tmp_path, monke
     def run_section(ctx, name, budget):
         ctx_sections.append({"name": name})
         return real_run_section(ctx, name, budget)
-    monkeypatch.setattr(fairfl.engine, "resolve_device", recording)
+    monkeypatch.setattr(fairfl.training.engine, "resolve_device", recording)
     monkeypatch.setattr(gpu_check, "run_section", run_section)
     monkeypatch.setenv("FAIRFL_RESULTS", str(tmp_path / "results"))
     _main(monkeypatch, str(tmp_path / "out"), "--smoke", "--device", "cpu", "--sections", "stacked",

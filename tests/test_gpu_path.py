@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import fairfl.engine as engine
+import fairfl.training.engine as engine
 from fairfl import ExperimentConfig, LocalTraining
-from fairfl.engine import stack
-from fairfl.errors import ConfigError
-from fairfl.models import CharLSTM, build_model, unrolled_lstm
-from fairfl.seeding import Stream
+from fairfl.training.engine import stack
+from fairfl.base.errors import ConfigError
+from fairfl.federated.models import CharLSTM, build_model, unrolled_lstm
+from fairfl.base.seeding import Stream
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -68,12 +68,12 @@ def assert_exact(switches: dict) -> None:
 def test_exact_cuda_turns_every_tf32_switch_off_readably():
     # The old exact_cuda set only the parent cudnn.fp32_precision: on torch 2.11 cudnn.conv and
     # cudnn.rnn still read tf32, and on 2.11-2.14 cudnn.allow_tf32 and cudnn.flags() then raised
-    switches = fresh("from fairfl.engine.exactness import exact_cuda\nexact_cuda()\n" + textwrap.dedent(READ_SWITCHES))
+    switches = fresh("from fairfl.training.engine.exactness import exact_cuda\nexact_cuda()\n" + textwrap.dedent(READ_SWITCHES))
     assert_exact(switches)
 
 
 def test_exact_off_leaves_torchs_defaults():
-    switches = fresh("from fairfl.engine.exactness import exact_cuda\nexact_cuda()\n" + textwrap.dedent(READ_SWITCHES),
+    switches = fresh("from fairfl.training.engine.exactness import exact_cuda\nexact_cuda()\n" + textwrap.dedent(READ_SWITCHES),
                      env={"FAIRFL_EXACT": "0"})
     assert switches["cudnn.allow_tf32"] is True and switches["deterministic"] is False
 
@@ -84,7 +84,7 @@ def test_auto_applies_the_exactness_switches_when_it_chooses_cuda():
         import torch
         torch.cuda.is_available = lambda: True
         torch.cuda.device_count = lambda: 1
-        from fairfl.engine import resolve_device
+        from fairfl.training.engine import resolve_device
         assert resolve_device("auto").type == "cuda"
     """) + textwrap.dedent(READ_SWITCHES))
     assert_exact(switches)
@@ -92,7 +92,7 @@ def test_auto_applies_the_exactness_switches_when_it_chooses_cuda():
 
 def test_data_moved_to_a_gpu_is_remembered_under_its_index(monkeypatch):
     # "cuda" is the thread's current GPU: a run on GPU 1 must not get the copy made for GPU 0
-    from fairfl.loop import memo_device
+    from fairfl.runs.loop import memo_device
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     assert memo_device("cuda") == memo_device(torch.device("cuda")) == "cuda:1"
     assert memo_device("cuda:0") == "cuda:0" and memo_device("cpu") == "cpu"
@@ -118,7 +118,7 @@ def test_the_loss_after_training_in_pieces_is_each_instances_own(fmnist, monkeyp
     # losses after training taken in pieces of three instances: the same bits as in one piece
     # (a dense model computes alike at every stack size). Pieces are CUDA's; here forced on the CPU.
     model = build_model("mlp2", (1, 28, 28), 10, seed=0)
-    from fairfl.client import flat_params
+    from fairfl.training.client import flat_params
     start = flat_params(model)
     pools = [engine.Source(fmnist.x_train[:700].clone(), fmnist.y_train[:700].clone(), 0, 700),
              engine.Source(fmnist.x_train[700:1400].clone(), fmnist.y_train[700:1400].clone(), 0, 700)]
@@ -177,7 +177,7 @@ def test_a_driver_without_a_gpu_sends_cuda_runs_to_a_ray_cluster_with_gpus():
     # nodes, so the driver checks the device names only, and the backend must ask the cluster for
     # GPUs (RayBackend(device="cuda") names a cluster without any before training). A backend on
     # this machine still names a GPU this machine lacks. (Nothing here starts Ray.)
-    from fairfl.sweeps import ProcessBackend, RayBackend, SerialBackend, check_devices
+    from fairfl.runs.sweeps import ProcessBackend, RayBackend, SerialBackend, check_devices
     configs = [ExperimentConfig(device="cuda"), ExperimentConfig(device="cuda:1"), ExperimentConfig()]
     check_devices(configs, RayBackend(device="cuda"))
     with pytest.raises(ConfigError, match=r"RayBackend\(device='cpu'\) gives its tasks no GPU"):

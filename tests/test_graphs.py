@@ -1,4 +1,4 @@
-"""CUDA graphs for the fused step (``fairfl.engine.graphs``), checked on a CPU: the runner's
+"""CUDA graphs for the fused step (``fairfl.training.engine.graphs``), checked on a CPU: the runner's
 steps — what a graph captures — compute the eager loop's bits (dropout drawn from a step counter
 on the device, momentum, weight decay, the proximal term, summed and first gradients, a short
 last batch, the dense models' hand-written gradients); the step shapes a plan needs; stacks cut
@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from fairfl import LocalTraining
-from fairfl.client import flat_params
-from fairfl.engine import exactness, fused, graphs, stack
-from fairfl.engine.jobs import Source, batch_plan, unflatten
-from fairfl.models import build_model
-from fairfl.seeding import Stream
+from fairfl.training.client import flat_params
+from fairfl.training.engine import exactness, fused, graphs, stack
+from fairfl.training.engine.jobs import Source, batch_plan, unflatten
+from fairfl.federated.models import build_model
+from fairfl.base.seeding import Stream
 
 
 def rows_of(fmnist, m: int, n: int, local):

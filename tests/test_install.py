@@ -13,7 +13,7 @@ fairfl alone (the declared ranges admit every pin, so torch is kept); the wheel 
 check` succeeds; `fairfl run` trains a run from a small YAML (which it could not if a module it
 imports were not declared), `fairfl list` finds the notebooks shipped in the package, and `fairfl
 reproduce 00 --profile smoke` executes the tour; the runs, data, figures and executed notebook land
-in the user's folder (``fairfl.paths``), and no file under the environment changed.
+in the user's folder (``fairfl.base.paths``), and no file under the environment changed.
 """
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ def test_setup_installs_fairfl_without_setuptools_box(tmp_path):
     quiet = re.search(r'PYTHONWARNINGS="([^"]+)"', line)
     assert quiet, line
     source = tmp_path / "src"
-    for name in ("pyproject.toml", "README.md", "fairfl/__init__.py", "fairfl/errors.py"):
+    for name in ("pyproject.toml", "README.md", "fairfl/__init__.py", "fairfl/base/errors.py"):
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_bytes((REPO / name).read_bytes())
     venv = tmp_path / "venv"

@@ -48,7 +48,7 @@ def save_artifacts(browser, request) -> None:
     browser.save_screenshot(f"{stem}.png")
     Path(f"{stem}.html").write_text(browser.page_source)
     print(f"screenshot and page saved: {stem}.png, {stem}.html")
-DISTRIBUTION = "per-client accuracy distribution"   # a metric of fairfl.explorer
+DISTRIBUTION = "per-client accuracy distribution"   # a metric of fairfl.studies.explorer
 
 pytestmark = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
                                 reason="Debian's chromium and chromium-driver are not installed "
@@ -69,7 +69,7 @@ def lab(tmp_path):
     work.mkdir()
     # The stored notebook, with language_info.version set to this Python's (JupyterLab writes the
     # kernel's, so on the Python patch version it was stored with this is the stored file, byte for byte)
-    from fairfl.notebook import stored_form
+    from fairfl.studies.notebook import stored_form
     stored = (REPO / "notebooks" / "00_tour.ipynb").read_text(encoding="utf-8")
     (work / "00_tour.ipynb").write_text(stored_form(stored, python_version=platform.python_version()), encoding="utf-8")
     # autosave every second instead of every two minutes: a notebook modified on opening is then
@@ -328,7 +328,7 @@ def _cmdline(pid: int) -> str:
 
 # Typed below the last cell of 00 (its BASE: the CNN on 100 label-shard clients): two runs long
 # enough to be interrupted, one per worker process, checkpointing every round.
-SWEEP_CELL = ("from fairfl.sweeps import ProcessBackend, run_many\n"
+SWEEP_CELL = ("from fairfl.runs.sweeps import ProcessBackend, run_many\n"
               "long = BASE.replace(rounds=500, eval_every=500, checkpoint_every=1)\n"
               "run_many([long.replace(seed=s) for s in (7, 8)], backend=ProcessBackend(workers=2), max_group=1)")
 INTERRUPTED = "interrupted: 0 of 2 runs cached, 2 running stopped at their checkpoints; re-run to resume"
@@ -477,14 +477,14 @@ def _docs_screenshots(browser, cache: Path) -> None:
 # median, registered in the notebook's own process, swept with two seeds on 06's data. One statement a line, and
 # the class's body on its line: the editor indents the line after a `class ...:` line.
 NEW_ALGORITHM = ("from dataclasses import dataclass\n"
-                 "from fairfl.algorithms import Algorithm, register\n"
-                 "from fairfl.messages import Aggregate\n"
+                 "from fairfl.federated.algorithms import Algorithm, register\n"
+                 "from fairfl.federated.messages import Aggregate\n"
                  "@register\n"
                  "@dataclass(frozen=True)\n"
                  "class CoordinateMedian(Algorithm): name = 'coordinate_median'; aggregate = lambda self, reports, "
                  "state, ctx: Aggregate(reports.updates.median(dim=0).values, state, {})")
 SWEEP_IT = ("from fairfl import ExperimentConfig, LocalTraining, PartitionSpec\n"
-            "from fairfl.sweeps import run_many\n"
+            "from fairfl.runs.sweeps import run_many\n"
             "mine = ExperimentConfig(dataset='adult', model='logreg', algorithm=CoordinateMedian(), rounds=3, "
             "partition=PartitionSpec('iid', num_clients=6), local=LocalTraining(batch_size=500), clients_per_round=4)\n"
             "histories = run_many([mine.replace(seed=s) for s in (0, 1)])\n"

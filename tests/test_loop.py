@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 import torch
 
-import fairfl.sweeps as experiments
+import fairfl.runs.sweeps as experiments
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.algorithms import register, sample_clients
-from fairfl.algorithms.fedavg import FedAvg
-from fairfl.errors import RunFailedError, TrainingDivergedError
-from fairfl.history import CHECKPOINT, History, load_checkpoint
-from fairfl.loop import simulate
-from fairfl.messages import Aggregate
-from fairfl.schedules import step_decay
-from fairfl.sweeps import ProcessBackend, SerialBackend, is_cached, run, run_dir, run_many
+from fairfl.federated.algorithms import register, sample_clients
+from fairfl.federated.algorithms.fedavg import FedAvg
+from fairfl.base.errors import RunFailedError, TrainingDivergedError
+from fairfl.runs.history import CHECKPOINT, History, load_checkpoint
+from fairfl.runs.loop import simulate
+from fairfl.federated.messages import Aggregate
+from fairfl.federated.schedules import step_decay
+from fairfl.runs.sweeps import ProcessBackend, SerialBackend, is_cached, run, run_dir, run_many
 
 CFG = ExperimentConfig(
     dataset="fashion_mnist",
@@ -140,7 +140,7 @@ def test_batched_and_sequential_paths_agree_exactly_in_float64(fmnist, float64):
     """In float64 the rounding noise vanishes: the two paths compute the same run (including
     momentum, the proximal term and weight decay)."""
     import dataclasses
-    from fairfl.partition import federate
+    from fairfl.federated.partition import federate
     n = 6000  # a tenth of the training file (20 shards of 300) keeps the float64 copy small
     ds = dataclasses.replace(fmnist, x_train=fmnist.x_train[:n].double(), y_train=fmnist.y_train[:n],
                              x_test=fmnist.x_test[:10].double(), y_test=fmnist.y_test[:10])
@@ -197,8 +197,8 @@ def test_num_sampled():
 def test_run_caches_and_second_call_does_not_train(fmnist, tmp_path, monkeypatch):
     first = run(CFG, root=tmp_path, progress=False)
     d = run_dir(CFG, tmp_path)
-    import fairfl.cache
-    assert d == tmp_path / fairfl.cache.key(CFG)
+    import fairfl.runs.cache
+    assert d == tmp_path / fairfl.runs.cache.key(CFG)
     assert is_cached(CFG, tmp_path)
     assert not (d / CHECKPOINT).exists()
     assert json.loads((d / "config.json").read_text()) == CFG.to_dict()
@@ -335,7 +335,7 @@ def test_process_backend_matches_serial_keeps_its_workers_and_reports_failures(f
 
 
 def test_run_many_validates_everything_before_training(tmp_path, monkeypatch):
-    from fairfl.errors import ConfigError
+    from fairfl.base.errors import ConfigError
 
     def no_training(*a, **kw):
         raise AssertionError("trained before validating every config")
@@ -411,7 +411,7 @@ def test_tqdm_disable_silences_a_single_runs_bar(fmnist, fairfl_env):
     import subprocess
     import sys
     code = ("from fairfl import ExperimentConfig, LocalTraining, PartitionSpec\n"
-            "from fairfl.loop import simulate\n"
+            "from fairfl.runs.loop import simulate\n"
             "simulate(ExperimentConfig(dataset='fashion_mnist', model='mlp2', rounds=1, eval_every=1, participation=0.3,"
             " partition=PartitionSpec('shards', num_clients=10, shards_per_client=2),"
             " local=LocalTraining(batch_size=50)), progress=True)\n")
@@ -426,10 +426,10 @@ def test_tqdm_disable_silences_a_single_runs_bar(fmnist, fairfl_env):
 
 from dataclasses import dataclass  # noqa: E402
 
-from fairfl.algorithms import Algorithm, register  # noqa: E402
-from fairfl.client import evaluate_model, set_flat_params  # noqa: E402
-from fairfl.models import build_model  # noqa: E402
-from fairfl.loop import federated_data  # noqa: E402
+from fairfl.federated.algorithms import Algorithm, register  # noqa: E402
+from fairfl.training.client import evaluate_model, set_flat_params  # noqa: E402
+from fairfl.federated.models import build_model  # noqa: E402
+from fairfl.runs.loop import federated_data  # noqa: E402
 
 # The global model after round t is SCALES[t]·w_0. Each scale, and each difference to the previous
 # one, is ± a power of two, so that the loop's w − (w − SCALES[t]·w_0) is SCALES[t]·w_0 exactly.
@@ -483,7 +483,7 @@ def test_averaged_iterate_on_hand_made_models(fmnist, tmp_path):
 def test_averaged_iterate_is_afls_averaged_iterate():
     """AFL reports Mohri et al.'s w̄_T = (1/T)·Σ_{t=1..T} w_t itself; the loop's averaged iterate of
     the same run (AFL reporting its last iterate) is the same model."""
-    from fairfl.algorithms.afl import AFL
+    from fairfl.federated.algorithms.afl import AFL
     adult = ExperimentConfig(dataset="adult", model="logreg",
                              partition=PartitionSpec("attribute", num_clients=2, split=None),
                              local=LocalTraining(epochs=1, batch_size=200, lr=0.05), rounds=3, clients_per_round=2,
@@ -502,7 +502,7 @@ def test_a_partition_that_runs_still_hold_is_shared_not_built_again():
     held by a run is now shared; only four are kept once no run holds them."""
     import gc
 
-    from fairfl import loop
+    from fairfl.runs import loop
     configs = [ExperimentConfig(dataset="mnist_5k", partition=PartitionSpec("iid", num_clients=4, seed=s))
                for s in range(6)]
     held = [loop.federated_data(c) for c in configs]            # six partitions, as six runs of a group hold them
@@ -532,7 +532,7 @@ def test_partitions_of_a_class_subset_share_one_filtered_dataset(fmnist):
     dataset between them, beside each one's clients: a sweep over seeds (notebook 06's ten reporting
     seeds) had held ten (66 of each partition's 123 MB). Measured in the bytes of the distinct
     storages: ten partitions cost one dataset plus ten partitions' clients."""
-    from fairfl.loop import federated_data
+    from fairfl.runs.loop import federated_data
     base = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)}, model="logreg",
                             partition=PartitionSpec("shards", num_clients=20, shards_per_client=2),
                             local=LocalTraining(batch_size=50, lr=0.1), rounds=1)
@@ -549,8 +549,8 @@ def test_partitions_of_a_class_subset_share_one_filtered_dataset(fmnist):
 
 def _held_bytes(datas) -> int:
     """Bytes of the distinct storages of the clients' data ``datas`` (each a run's client list) and of
-    the training pools made from them (``fairfl.client.training.pool_of``)."""
-    from fairfl.client.training import _POOLS
+    the training pools made from them (``fairfl.training.client.training.pool_of``)."""
+    from fairfl.training.client.training import _POOLS
     seen: dict[int, int] = {}
     tensors = [getattr(c, f) for data in datas for c in data
                for f in ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test")]
@@ -566,11 +566,11 @@ def test_a_lockstep_group_holds_its_federations_data_once(fmnist, monkeypatch):
     partition's data once between them — its clients' tensors and one training pool — as much as a run
     alone does. Broken variants caught: each run partitioning the data anew, or making its own pool
     (notebook 06's groups of 17-24 runs would hold 17-24 copies)."""
-    from fairfl.algorithms.ditto import Ditto
-    from fairfl.algorithms.fedavg import FedProx
-    from fairfl.client import ClientRuntime
-    from fairfl.client.training import _POOLS
-    from fairfl.loop import simulate_group
+    from fairfl.federated.algorithms.ditto import Ditto
+    from fairfl.federated.algorithms.fedavg import FedProx
+    from fairfl.training.client import ClientRuntime
+    from fairfl.training.client.training import _POOLS
+    from fairfl.runs.loop import simulate_group
     datas = []
     real = ClientRuntime.__init__
 
@@ -602,8 +602,8 @@ def test_the_runs_threads_share_two_allocator_arenas_and_a_sweep_reports_its_pea
     and says its peak."""
     import sys
 
-    from fairfl.engine import cores
-    from fairfl.sweeps.usage import MemoryPeak, SweepUsage, tree_rss
+    from fairfl.training.engine import cores
+    from fairfl.runs.sweeps.usage import MemoryPeak, SweepUsage, tree_rss
     if sys.platform.startswith("linux"):
         assert cores.limit_malloc_arenas() is True
     with MemoryPeak(every=3600) as m:            # one sample, at the start

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from fairfl import metrics
+from fairfl.federated import metrics
 
 ACC = [0.9, 0.5, 0.7, 0.3, 0.6, 0.8, 0.4, 1.0, 0.2, 0.1]   # sorted: .1 .2 .3 .4 .5 .6 .7 .8 .9 1.
 

@@ -9,9 +9,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-import fairfl.minnorm as mn
-from fairfl.errors import ConfigError
-from fairfl.minnorm import bounds, kkt_residual, min_norm_direction, min_norm_weights
+import fairfl.federated.minnorm as mn
+from fairfl.base.errors import ConfigError
+from fairfl.federated.minnorm import bounds, kkt_residual, min_norm_direction, min_norm_weights
 
 # Objectives are compared relative to 1e-6, with an absolute floor of 1e-12·max diag G: when the
 # optimum is 0 (zero vector, 0 in the convex hull) a relative comparison means nothing, and the

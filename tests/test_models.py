@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fairfl.errors import ConfigError
-from fairfl.models import MODELS, build_model, has_randomness, num_parameters
+from fairfl.base.errors import ConfigError
+from fairfl.federated.models import MODELS, build_model, has_randomness, num_parameters
 
 SHAPES = {"cnn_cifar10": (3, 32, 32), "cnn_fmnist": (1, 28, 28), "cnn_femnist": (1, 28, 28),
           "mlp2": (1, 28, 28), "logreg": (99,)}

@@ -42,7 +42,7 @@ def test_the_save_hook_waits_for_another_git_commands_lock(tmp_path, monkeypatch
     released the index is refreshed (before: the failure was swallowed and `git status` stayed `M`).
     The lock is released as soon as the hook's first attempt has failed on it (an event, not a sleep)."""
     import threading
-    from fairfl.notebook import refresh_git_index
+    from fairfl.studies.notebook import refresh_git_index
     root, path, git = _repo_with_a_notebook(tmp_path)
     lock = root / ".git" / "index.lock"
     lock.write_text("")
@@ -70,7 +70,7 @@ def test_the_save_hook_says_in_the_servers_log_when_it_cannot_refresh_the_index(
     log (the contents manager's logger), with the command that fixes it; the save is not failed."""
     import logging
     from types import SimpleNamespace
-    from fairfl.notebook import refresh_git_index
+    from fairfl.studies.notebook import refresh_git_index
     root, path, git = _repo_with_a_notebook(tmp_path)
     (root / ".git" / "index.lock").write_text("")
     server = SimpleNamespace(log=logging.getLogger("jupyter-server-test"))

@@ -1,7 +1,7 @@
 """The stored notebooks' structure (their execution is nbval's job in `make test`; notebook 06's is
 :func:`smoke06`'s, below, which checks what it writes too).
 
-What is checked is what git stores (``fairfl.notebook.committed_form``): with the clean filter that
+What is checked is what git stores (``fairfl.studies.notebook.committed_form``): with the clean filter that
 scripts/setup.sh installs, a notebook run and saved in JupyterLab keeps its outputs in the file and
 git stores it without them, so a Run All fails none of these."""
 import platform
@@ -16,7 +16,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_is_valid_clean_and_parameterised(path):
-    from fairfl.notebook import committed_form
+    from fairfl.studies.notebook import committed_form
     with warnings.catch_warnings():
         warnings.simplefilter("error")          # e.g. a cell without an id (nbformat ≥ 4.5)
         nb = nbformat.reads(committed_form(path), as_version=4)
@@ -40,7 +40,7 @@ def test_notebook_is_stored_as_jupyterlab_saves_it(path):
     kernelspec and language_info and the server writes with nbformat.write, so the stored text is
     already that (fix with `python scripts/normalise_notebooks.py`, or let git do it: scripts/setup.sh
     installs the clean filter)."""
-    from fairfl.notebook import committed_form, stored_form
+    from fairfl.studies.notebook import committed_form, stored_form
     text = committed_form(path)
     assert text == stored_form(text), (f"{path.name} differs from its stored form: run scripts/normalise_notebooks.py "
                                        "(or bash scripts/setup.sh, which installs git's clean filter for the notebooks)")
@@ -54,7 +54,7 @@ def test_the_stored_python_version_is_kept_unless_another_is_asked_for():
     stamps its copy with the kernel's version."""
     import json
 
-    from fairfl.notebook import stored_form
+    from fairfl.studies.notebook import stored_form
     stored = json.loads(NOTEBOOKS[0].read_text(encoding="utf-8"))
     stored["metadata"]["language_info"]["version"] = "3.11.2"
     text = json.dumps(stored)
@@ -70,7 +70,7 @@ def test_jupyter_servers_load_and_save_leave_the_stored_notebook_unchanged(path,
     """What JupyterLab's autosave does on the server: load the notebook into a model and save it."""
     from jupyter_server.services.contents.filemanager import FileContentsManager
 
-    from fairfl.notebook import committed_form
+    from fairfl.studies.notebook import committed_form
     stored = committed_form(path).encode("utf-8")
     (tmp_path / path.name).write_bytes(stored)
     cm = FileContentsManager(root_dir=str(tmp_path))
@@ -82,9 +82,9 @@ def test_jupyter_servers_load_and_save_leave_the_stored_notebook_unchanged(path,
 def test_the_first_output_of_every_notebook_is_its_header_line(path):
     """Nothing before the cell that calls start() prints (the parameters cell holds values), and
     start() is told the notebook's name, so its first output says the profile and the time it is
-    expected to take (fairfl.notebook.header_line)."""
+    expected to take (fairfl.studies.notebook.header_line)."""
     import ast
-    from fairfl.notebook import committed_form
+    from fairfl.studies.notebook import committed_form
     cells = [c for c in nbformat.reads(committed_form(path), as_version=4).cells if c.cell_type == "code"]
     first = next(i for i, c in enumerate(cells) if "start(" in c.source)
     for cell in cells[:first]:
@@ -102,7 +102,7 @@ def test_start_says_the_profile_and_the_expected_time_in_one_line(monkeypatch, c
     """Run All in JupyterLab runs quick unless told otherwise: the first line says so, how to choose
     smoke, and how long the notebook is expected to take, as `fairfl reproduce` announces it."""
     from fairfl.cli import expected_time
-    from fairfl.notebook import start
+    from fairfl.studies.notebook import start
     profiles = {"smoke": {"rounds": 2, "seeds": [0]}, "quick": {"rounds": 100, "seeds": [0, 1]}}
     for var in ("FAIRFL_PROFILE", "FAIRFL_EXPLORE_DIR", "FAIRFL_BACKEND"):
         monkeypatch.delenv(var, raising=False)
@@ -162,7 +162,7 @@ def test_06_readme_snippet_recreates_the_tables_from_the_smoke_csvs(smoke06, tmp
     import numpy as np
     import pandas as pd
 
-    from fairfl import protocol
+    from fairfl.studies import protocol
     (tmp_path / "figures").mkdir()
     for name in ("06_one_protocol.csv", "06_one_protocol_runs.csv.gz"):
         shutil.copy(smoke06["figures"] / name, tmp_path / "figures" / name)

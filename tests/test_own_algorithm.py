@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from fairfl import ConfigError, ExperimentConfig, LocalTraining, PartitionSpec, make_algorithm
-from fairfl.algorithms import Context
-from fairfl.loop import simulate
-from fairfl.messages import ClientUpdates
+from fairfl.federated.algorithms import Context
+from fairfl.runs.loop import simulate
+from fairfl.federated.messages import ClientUpdates
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -33,7 +33,7 @@ def my_algorithms(tmp_path_factory):
         sys.path.remove(str(folder))
         sys.modules.pop("my_algorithms", None)
         # and its name, which another test module registers from a module of its own (test_results_index)
-        from fairfl.algorithms import ALGORITHMS
+        from fairfl.federated.algorithms import ALGORITHMS
         ALGORITHMS.pop("trimmed_mean", None)
 
 
@@ -67,7 +67,7 @@ def test_it_runs_on_the_loop_by_object_and_by_name(my_algorithms, fmnist):
 
 @pytest.mark.slow
 def test_worker_processes_import_the_module_by_themselves(my_algorithms, fmnist, tmp_path):
-    from fairfl.sweeps import ProcessBackend, run_many
+    from fairfl.runs.sweeps import ProcessBackend, run_many
     cfgs = [CFG.replace(algorithm=my_algorithms.TrimmedMean(trim=1), seed=s) for s in (0, 1)]
     with ProcessBackend(workers=2) as backend:
         out = run_many(cfgs, backend=backend, root=tmp_path, progress=False)
@@ -78,8 +78,8 @@ def test_worker_processes_import_the_module_by_themselves(my_algorithms, fmnist,
 
 from dataclasses import dataclass, fields  # noqa: E402
 
-from fairfl.algorithms import Algorithm, ParamLayout, ServerStep, option, register  # noqa: E402
-from fairfl.messages import Aggregate  # noqa: E402
+from fairfl.federated.algorithms import Algorithm, ParamLayout, ServerStep, option, register  # noqa: E402
+from fairfl.federated.messages import Aggregate  # noqa: E402
 
 
 @register
@@ -119,7 +119,7 @@ class _OldInit(Algorithm):
 def test_the_layout_reaches_init_and_every_round(fmnist):
     """ctx.layout and init's layout are the model's tensors (logreg: weight, bias) and cover the flat
     vector; an init without the layout argument still runs."""
-    from fairfl.models import build_model
+    from fairfl.federated.models import build_model
     model = build_model("logreg", (1, 28, 28), 3)
     layout = ParamLayout.of(model)
     assert layout == ParamLayout(("net.1.weight", "net.1.bias"), ((3, 784), (3,)))
@@ -134,9 +134,9 @@ def test_the_layout_reaches_init_and_every_round(fmnist):
 def test_server_step_options_are_declared_once_and_keep_their_place():
     """ServerStep adds server_lr and decay after a class's own options — the order the algorithms
     wrote them in by hand — so positional construction, labels and to_dict() are unchanged."""
-    from fairfl.algorithms.dqnfed import DQNFed
-    from fairfl.algorithms.fedavg import FedAvg, FedProx
-    from fairfl.algorithms.fedmgda import MGDAProx
+    from fairfl.federated.algorithms.dqnfed import DQNFed
+    from fairfl.federated.algorithms.fedavg import FedAvg, FedProx
+    from fairfl.federated.algorithms.fedmgda import MGDAProx
     assert [f.name for f in fields(_PerTensorMean)] == ["floor", "server_lr", "decay"]
     assert [f.name for f in fields(MGDAProx)] == ["eps", "normalize", "solver", "server_lr", "decay", "mu"]
     assert [f.name for f in fields(FedProx)] == ["weighting", "server_lr", "decay", "mu"]
@@ -157,8 +157,8 @@ def test_a_client_half_computes_hessian_vector_products_through_the_runtime():
     """ClientRuntime.hvp and .hessian (what a second-order algorithm's client half calls) agree with
     each other and with central differences of ClientRuntime.gradients."""
     from torch import nn
-    from fairfl.client import ClientRuntime, flat_params
-    from fairfl.partition import Client
+    from fairfl.training.client import ClientRuntime, flat_params
+    from fairfl.federated.partition import Client
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
 
@@ -187,7 +187,7 @@ NOTEBOOK_CELLS = [
     None,
     "import os\n"
     "from fairfl import ExperimentConfig, LocalTraining, PartitionSpec\n"
-    "from fairfl.sweeps import SerialBackend, run_many\n"
+    "from fairfl.runs.sweeps import SerialBackend, run_many\n"
     "cfg = ExperimentConfig(dataset='adult', model='logreg', algorithm=TrimmedMean(trim=1), rounds=3,\n"
     "                       partition=PartitionSpec('iid', num_clients=6), local=LocalTraining(batch_size=500),\n"
     "                       clients_per_round=4)\n"

@@ -3,7 +3,7 @@
 reads from each notebook equal that notebook's own grids, derived by hand below from its ``PROFILES``
 and grid definitions (each number's derivation is in the comment beside it), not from what the
 reader returns. Client sizes that only the data fixes (a Dirichlet split, the Shakespeare roles a
-seed draws) come from ``fairfl.partition.train_sizes`` on partitions written out here, checked once
+seed draws) come from ``fairfl.federated.partition.train_sizes`` on partitions written out here, checked once
 against the clients ``federate`` builds.
 
 Nothing trains: the reader refuses any training call (checked on a notebook made here), so reading
@@ -50,14 +50,14 @@ def check(read, expected: dict[str, tuple[int, float]]) -> None:
 
 
 def cifar_here() -> bool:
-    from fairfl.data import report
+    from fairfl.federated.data import report
     (_, status, _), = report(["cifar10"])
     return status == "ok"
 
 
 def sizes(dataset: str, spec, **options) -> list[int]:
-    from fairfl.data import load_dataset
-    from fairfl.partition import train_sizes
+    from fairfl.federated.data import load_dataset
+    from fairfl.federated.partition import train_sizes
     return list(train_sizes(load_dataset(dataset, **options), spec))
 
 
@@ -67,10 +67,10 @@ def epoch_steps(train: list[int], b: int) -> list[int]:
 
 
 def shakespeare_round(seed: int) -> int:
-    """Client steps of one round of DQN-Fed's Shakespeare setup 1 (fairfl.paper.dqnfed_shakespeare_config):
+    """Client steps of one round of DQN-Fed's Shakespeare setup 1 (fairfl.studies.paper.dqnfed_shakespeare_config):
     the 31 roles a seed draws, each capped at 2,000 windows, split 80/10/10 in text order, all 31 taking
     part, one epoch at b = 10."""
-    from fairfl.partition import PartitionSpec
+    from fairfl.federated.partition import PartitionSpec
     return sum(epoch_steps(sizes("shakespeare", PartitionSpec("natural", num_clients=31, seed=seed), max_samples=2000),
                            10))
 
@@ -99,8 +99,8 @@ def test_01_fedmgda_eps(paper):
 def test_02_attacks(paper):
     # Adult, two clients (non-PhD, PhD) both every round, b = 10, 500 rounds. Training rows, true split: the
     # 32,561 rows of adult.data (UCI Adult's training file), 413 of them PhD (the "phd" domain of
-    # fairfl/data/adult.py) -> 32,148 / 413 -> 3,215 + 42 steps a round.
-    # The official code's reading keeps int(0.8 n) of each (fairfl.partition.as_in_fedmgda_code): 25,718 / 330
+    # fairfl/federated/data/adult.py) -> 32,148 / 413 -> 3,215 + 42 steps a round.
+    # The official code's reading keeps int(0.8 n) of each (fairfl.federated.partition.as_in_fedmgda_code): 25,718 / 330
     # -> 2,572 + 33 steps. "PhD only" trains the PhD client alone.
     true_both, true_phd = 500 * (3215 + 42), 500 * 42
     code_both, code_phd = 500 * (2572 + 33), 500 * 33
@@ -170,7 +170,7 @@ def protocol_grids():
     (method_table("paper")): the shared server step η and local multiplier lr× (0.25 … 4, beyond: 0.125, 8) where a
     method has them, its own knob's paper grid and declared steps beyond. FedLF's ηᵗ has its own grid on the shared
     column; FedHEAL's β is declared (0.4), not tuned."""
-    from fairfl.protocol import Axis
+    from fairfl.studies.protocol import Axis
     server = Axis("server_lr", (0.25, 0.5, 1, 2, 4), 0.125, 8)
     local = Axis("lr×", (0.25, 0.5, 1, 2, 4), 0.125, 8)
     mu = Axis("mu", (0.001, 0.01, 0.1, 1, 10), 1e-4, 100)
@@ -196,7 +196,7 @@ def protocol_grids():
 
 def allowed_06(fed: str, method: str):
     """The one check that refuses a configuration of the paper grid or of a declared step beyond it: Ditto's personal
-    step diverges once η·λ ≥ 2, η the local rate η₀·lr× (fairfl.algorithms.ditto.Ditto.check). Every other grid value
+    step diverges once η·λ ≥ 2, η the local rate η₀·lr× (fairfl.federated.algorithms.ditto.Ditto.check). Every other grid value
     and step lies inside its option's bounds (FedHEAL τ ≤ 1, FedFV α and FedMGDA+ ε in [0, 1], rates > 0)."""
     return (lambda p: p["lam"] * BASE_LR[fed] * p["lr×"] < 2) if method == "Ditto" else (lambda p: True)
 
@@ -205,7 +205,7 @@ def designs_06(fed: str) -> dict:
     """Every method's paper design on ``fed``, by the notebook's declared rule: one shared (η, lr×) design
     (protocol.shared_design(5)) and each method's own columns against it (protocol.method_design), Ditto's own column
     the best that passes its check."""
-    from fairfl.protocol import SHARED, method_design, shared_design
+    from fairfl.studies.protocol import SHARED, method_design, shared_design
     shared = dict(zip(SHARED, shared_design(K_06)))
     return {m: method_design(axes, K_06, shared, allowed=allowed_06(fed, m))
             for m, (_, axes) in protocol_grids().items()}
@@ -216,7 +216,7 @@ def extensions_under_the_stand_in_rule(fed: str, method: str, design) -> int:
     reader's stand-in: every criterion takes the first configuration of the design, so a second criterion adds
     none): protocol.edge_extensions of that configuration (one per knob on an edge with a declared step beyond),
     less any already a design point or refused by the method's check."""
-    from fairfl.protocol import edge_extensions, point_label
+    from fairfl.studies.protocol import edge_extensions, point_label
     axes = protocol_grids()[method][1]
     ok = allowed_06(fed, method)
     labels = {point_label(p) for p in design.points}
@@ -224,7 +224,7 @@ def extensions_under_the_stand_in_rule(fed: str, method: str, design) -> int:
 
 
 def test_06_one_protocol(paper):
-    from fairfl.partition import PartitionSpec
+    from fairfl.federated.partition import PartitionSpec
     grids = protocol_grids()
     feds = FEDERATIONS_06
     # the tracks each federation tunes: the global one everywhere; the personal one where the best constant per
@@ -305,8 +305,8 @@ def test_every_sweep_but_06s_dependent_ones_is_exact(paper):
 
 def test_the_sizes_used_are_the_clients_federate_builds():
     """The two partitions whose sizes only the data fixes, once: train_sizes agrees with federate's clients."""
-    from fairfl.data import load_dataset
-    from fairfl.partition import PartitionSpec, federate, train_sizes
+    from fairfl.federated.data import load_dataset
+    from fairfl.federated.partition import PartitionSpec, federate, train_sizes
     for dataset, spec, options in [
             ("fashion_mnist", PartitionSpec("dirichlet", num_clients=50, beta=0.5, split=(0.6, 0.2, 0.2), min_size=250,
                                             seed=3, test_source="file"), {}),
@@ -328,8 +328,8 @@ def write_notebook(path: Path, cells: list[tuple[str, list[str]]]) -> Path:
 HEADER = '''
 from dataclasses import replace
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.algorithms.fedavg import FedAvg
-from fairfl.notebook import start
+from fairfl.federated.algorithms.fedavg import FedAvg
+from fairfl.studies.notebook import start
 PROFILES = {"smoke": dict(seeds=[0], lrs=[0.1]), "paper": dict(seeds=[0, 1, 2], lrs=[0.1, 0.2, 0.4])}
 session = start(profile, PROFILES)
 P = session.settings
@@ -386,7 +386,7 @@ final = session.sweep(config, lr=[best], seed=P["seeds"])
 
 def test_nothing_trains_while_a_notebook_is_read(tmp_path):
     body = '''
-from fairfl.loop import simulate
+from fairfl.runs.loop import simulate
 lrs = [0.1]
 lrs.append(simulate(config(0.2, 0)))       # what the sweep below reads: executed, and refused
 runs = session.sweep(config, lr=lrs, seed=[0])
@@ -397,16 +397,16 @@ runs = session.sweep(config, lr=lrs, seed=[0])
     assert len(read.errors) == 1 and "TrainingRefused" in read.errors[0], read.errors
     assert [len(sweep.configs) for sweep in read.sweeps] == [1]
     # the real functions are back afterwards
-    import fairfl.loop
-    import fairfl.sweeps
-    assert fairfl.sweeps.run_many.__module__ == "fairfl.sweeps" and fairfl.loop.simulate.__name__ == "simulate"
+    import fairfl.runs.loop
+    import fairfl.runs.sweeps
+    assert fairfl.runs.sweeps.run_many.__module__ == "fairfl.runs.sweeps" and fairfl.runs.loop.simulate.__name__ == "simulate"
     import sys
     held = {(name, attr): value for name, module in list(sys.modules.items())
             if module is not None and (name == "fairfl" or name.startswith("fairfl."))
             for attr, value in vars(module).items() if attr in ("simulate", "simulate_group", "run_many")}
     assert held and all(getattr(v, "__module__", "").startswith("fairfl.") and "refus" not in getattr(v, "__qualname__", "")
                         and "fake" not in getattr(v, "__qualname__", "") for v in held.values()), held
-    assert fairfl.sweeps.workers.simulate_group is fairfl.loop.simulate_group
+    assert fairfl.runs.sweeps.workers.simulate_group is fairfl.runs.loop.simulate_group
 
 
 def test_gpu_check_uses_this_reader():

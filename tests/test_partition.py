@@ -9,11 +9,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fairfl.errors import ConfigError
-from fairfl.partition import (
-    PartitionSpec, by_attribute, dirichlet, federate, iid, label_shards, one_class_per_client,
-    partition_indices, split_client,
-)
+from fairfl.base.errors import ConfigError
+from fairfl.federated.partition import (
+                                        PartitionSpec, by_attribute, dirichlet, federate, iid, label_shards, one_class_per_client,
+                                        partition_indices, split_client,
+                                        )
 
 
 def rng(seed: int = 0) -> np.random.Generator:
@@ -158,7 +158,7 @@ def test_test_rows_from_the_test_file_keep_train_and_validation_and_each_labels_
     the training file, whatever its seed, shares a row with any client's test set (notebook 06's
     tuning seed trained on what a reporting seed tested on; the cache key names the option only
     where it is set, so every earlier key is unchanged)."""
-    from fairfl.config import ExperimentConfig
+    from fairfl.runs.config import ExperimentConfig
     kw = dict(num_clients=20, shards_per_client=2) if scheme == "shards" else dict(
         num_clients=20, beta=0.5, split=(0.6, 0.2, 0.2), min_size=250)
     split = federate(fmnist, PartitionSpec(scheme, seed=1, **kw))
@@ -366,7 +366,7 @@ def test_dirichlet_property(labels, clients, beta, seed):
 
 @pytest.fixture(scope="module")
 def adult():
-    from fairfl.data import load_dataset
+    from fairfl.federated.data import load_dataset
     return load_dataset("adult")
 
 
@@ -442,7 +442,7 @@ def test_dirichlet_min_size_is_an_option_of_its_scheme_only_and_keeps_old_keys(f
     assert "min_size" not in plain.to_dict()["partition"]
     sized = plain.replace(partition=spec)
     # train_sizes counts what federate builds, without building it
-    from fairfl.partition import train_sizes
+    from fairfl.federated.partition import train_sizes
     assert train_sizes(fmnist, spec) == [len(c.y_train) for c in fed.clients]
     held_out = PartitionSpec("one_class", num_clients=3, classes=(0, 2, 6), split=None, val_fraction=0.1)
     assert train_sizes(fmnist, held_out) == [len(c.y_train) for c in federate(fmnist, held_out).clients]

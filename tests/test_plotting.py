@@ -12,10 +12,10 @@ import pytest  # noqa: E402
 from figure_text import (cut_off, over_other_panels, overlapping, problems, shown_size_px, smallest_text_pt,  # noqa: E402
                          tick_labels, width_class)
 
-from fairfl import plotting  # noqa: E402
-from fairfl.errors import ConfigError  # noqa: E402
-from fairfl.history import History  # noqa: E402
-from fairfl.plotting import save_figure  # noqa: E402
+from fairfl.studies import plotting  # noqa: E402
+from fairfl.base.errors import ConfigError  # noqa: E402
+from fairfl.runs.history import History  # noqa: E402
+from fairfl.studies.plotting import save_figure  # noqa: E402
 
 
 def _plot(folder):
@@ -45,7 +45,7 @@ def test_replotting_the_same_figure_gives_the_same_pdf(tmp_path, monkeypatch):
 def test_accuracy_distribution_is_the_same_figure_for_the_same_results(tmp_path):
     """The strip's jitter comes from numpy's global generator: whatever its state, the same
     accuracies give the same PNG, and the caller's generator is left where it was."""
-    from fairfl.plotting import accuracy_distribution
+    from fairfl.studies.plotting import accuracy_distribution
     acc = {"FedAvg": np.linspace(0.40, 0.90, 100), "FedAvg-n": np.linspace(0.35, 0.95, 100)}
     pngs = []
     for i, seed in enumerate((1, 2)):
@@ -174,7 +174,7 @@ def test_thirteen_methods_become_small_multiples_and_a_heat_map(style):
 # ----------------------------------------------------------------------------- fit for print
 
 def _fit_for_print(fig):
-    """Every rule of fairfl.figure_checks: a column's width, text ≥ 7 pt, nothing over anything,
+    """Every rule of fairfl.base.figure_checks: a column's width, text ≥ 7 pt, nothing over anything,
     nothing cut off, legends off the panels, bars from 0, % within [0, 100]."""
     found = problems(fig)
     assert not found, found
@@ -373,7 +373,7 @@ def _partitions_fig():
                                title="Fashion-MNIST: training samples per client and label (first 30 clients)")
 
 
-# Each figure function of fairfl.plotting, drawn as its notebook draws it, at the notebook's size and with its
+# Each figure function of fairfl.studies.plotting, drawn as its notebook draws it, at the notebook's size and with its
 # longest labels (notebook 06's three: on 20 methods and four federations of made-up seeds)
 FIGURES = {
     "accuracy_and_loss": lambda: plotting.accuracy_and_loss(
@@ -408,7 +408,7 @@ NOT_FIGURES = {"use_style", "figure", "method_styles", "ordinal_styles", "figure
 
 
 def test_every_figure_function_is_checked():
-    """A figure function added to fairfl.plotting (any of its modules) without an entry in FIGURES fails here."""
+    """A figure function added to fairfl.studies.plotting (any of its modules) without an entry in FIGURES fails here."""
     import importlib
     import inspect
     import pkgutil
@@ -620,7 +620,7 @@ def _marker_styles(ax):
 
 
 def _bench_forest():
-    from fairfl import protocol
+    from fairfl.studies import protocol
     scores = _bench_scores()
     table = protocol.summary(scores, REFS)
     fed = BENCH_FEDS[1]
@@ -637,7 +637,7 @@ def test_forest_plot_stays_in_range_shows_the_seeds_and_marks_only_resolved_diff
     its raw seeds; filled exactly where the BH q-value is ≤ 0.05; x inside the range a difference
     of the metric can take; each method in its own (colour, marker); text ≥ 7 pt, none over
     another or cut off."""
-    from fairfl import protocol
+    from fairfl.studies import protocol
     axes, sub, styles = _bench_forest()
     fig = axes[0].figure
     assert not overlapping(fig), overlapping(fig)
@@ -663,7 +663,7 @@ def test_one_extreme_seed_does_not_set_the_forest_axis_and_is_marked_at_its_edge
     readable), that seed is drawn at the edge as a caret in its method's colour."""
     from matplotlib.colors import to_hex
 
-    from fairfl import protocol
+    from fairfl.studies import protocol
     scores = _bench_scores()
     fed = BENCH_FEDS[1]
     wild = (scores.federation == fed) & (scores.method == "FedMGDA") & (scores.seed == 0)
@@ -726,7 +726,7 @@ def test_tradeoff_paths_follow_a_knob_label_each_point_and_show_what_diverged(st
 
 
 def _bench_heatmap():
-    from fairfl import protocol
+    from fairfl.studies import protocol
     table = protocol.summary(_bench_scores(), REFS)
     return plotting.effect_heatmap(table, BENCH_FEDS, BENCH_METHODS, references=REFS,
                                    labels={"Ditto": "Ditto (vs FedAvg-FT)"}), table
@@ -758,8 +758,8 @@ def test_a_text_cut_by_the_canvas_is_found_in_the_saved_file_and_no_committed_fi
     dpi, or drawn by any code). A title placed above the canvas is found there, and said in the PNG's
     stamp; a figure in the print style is clean; and so is every figure committed in figures/."""
     from pathlib import Path
-    from fairfl.figure_checks import ink_at_edge
-    from fairfl.plotting import figure_stamp, save_figure
+    from fairfl.base.figure_checks import ink_at_edge
+    from fairfl.studies.plotting import figure_stamp, save_figure
     fig, ax = plotting.figure(width=plotting.ONE_COLUMN, height=2.0)
     ax.plot([0, 1], [0, 1])
     fig.text(0.5, 1.0, "a title half above the canvas", ha="center", va="center")

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.cache import entry, prepare
-from fairfl.loop import simulate
-from fairfl.progress import PROGRESS, read
-from fairfl.sweeps import ProcessBackend, SerialBackend, SweepInterrupted, run_many
+from fairfl.runs.cache import entry, prepare
+from fairfl.runs.loop import simulate
+from fairfl.base.progress import PROGRESS, read
+from fairfl.runs.sweeps import ProcessBackend, SerialBackend, SweepInterrupted, run_many
 from processes import children
 
 CFG = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)}, model="mlp2",
@@ -80,8 +80,8 @@ def test_an_interrupted_sweep_shows_one_line_in_ipython():
 def test_an_interrupted_sweep_counts_a_run_that_ended_before_the_sweep_heard_of_it_as_cached(fmnist, tmp_path):
     """Ctrl-C can come after a worker stored a run and before its result reached the sweep: that run
     is cached, not running (the line read "1 of 2 runs cached, 2 running stopped")."""
-    from fairfl.progress import RoundReporter, SweepProgress
-    from fairfl.sweeps import _interrupted, run
+    from fairfl.base.progress import RoundReporter, SweepProgress
+    from fairfl.runs.sweeps import _interrupted, run
     cfgs = [CFG.replace(rounds=1, seed=s) for s in (0, 1)]
     run(cfgs[0], root=tmp_path, progress=False)                          # finished: its entry is written
     folders = [prepare(c, tmp_path) for c in cfgs]
@@ -96,7 +96,7 @@ SCRIPT = '''
 import os, sys
 from pathlib import Path
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.sweeps import ProcessBackend, SweepInterrupted, run_many
+from fairfl.runs.sweeps import ProcessBackend, SweepInterrupted, run_many
 
 if __name__ == "__main__":
     import signal

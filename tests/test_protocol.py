@@ -1,4 +1,4 @@
-"""The one-protocol machinery (``fairfl.protocol``) on hand-made numbers: the choice reads the
+"""The one-protocol machinery (``fairfl.studies.protocol``) on hand-made numbers: the choice reads the
 validation splits only; the sign-flip p-values and intervals are the exact ones, stay inside the
 metric's range and agree with each other; degenerate seeds (all equal, one, NaN) give what they
 should; Holm, Shaffer's refinement (against closed testing by brute force) and Benjamini–Hochberg
@@ -16,13 +16,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fairfl import metrics, protocol
-from fairfl.errors import ConfigError
-from fairfl.history import History
-from fairfl.protocol import (Axis, Claim, Comparison, ValidationView, bounds, benjamini_hochberg, client_rows,
-                             constant_accuracy, detectable_difference, edge_extensions, holm, judge, local_steps,
-                             location, method_design, p_greater, p_less, paired, pareto_front, read_table, select,
-                             speaks, summary, validation_score, wide, write_table)
+from fairfl.federated import metrics
+from fairfl.studies import protocol
+from fairfl.base.errors import ConfigError
+from fairfl.runs.history import History
+from fairfl.studies.protocol import (Axis, Claim, Comparison, ValidationView, bounds, benjamini_hochberg, client_rows,
+                                     constant_accuracy, detectable_difference, edge_extensions, holm, judge, local_steps,
+                                     location, method_design, p_greater, p_less, paired, pareto_front, read_table, select,
+                                     speaks, summary, validation_score, wide, write_table)
 
 
 def run(val, test=None, seed=0):

@@ -14,9 +14,9 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from fairfl import ExperimentConfig, LocalTraining, PartitionSpec  # noqa: E402
-from fairfl.cache import entry, is_cached  # noqa: E402
-from fairfl.errors import ConfigError, RunFailedError  # noqa: E402
-from fairfl.sweeps import RayBackend, SerialBackend, default_backend, run_many, scratch_root  # noqa: E402
+from fairfl.runs.cache import entry, is_cached  # noqa: E402
+from fairfl.base.errors import ConfigError, RunFailedError  # noqa: E402
+from fairfl.runs.sweeps import RayBackend, SerialBackend, default_backend, run_many, scratch_root  # noqa: E402
 
 CFG = ExperimentConfig(dataset="fashion_mnist", dataset_options={"classes": (0, 1, 2)}, model="logreg",
                        partition=PartitionSpec("iid", num_clients=6), local=LocalTraining(epochs=1, batch_size=100, lr=0.05),
@@ -30,8 +30,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fairfl.algorithms import register
-from fairfl.algorithms.fedavg import FedAvg
+from fairfl.federated.algorithms import register
+from fairfl.federated.algorithms.fedavg import FedAvg
 
 
 @register

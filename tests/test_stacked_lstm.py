@@ -1,6 +1,6 @@
-"""The stacked character LSTM (``fairfl.stacked_lstm``): a stack of instances computes what each
+"""The stacked character LSTM (``fairfl.federated.stacked_lstm``): a stack of instances computes what each
 instance computes through ``nn.LSTM`` (to float tolerance: outputs, losses, gradients, parameters
-after SGD steps, evaluation), and obeys ``fairfl.engine.exactness`` as every model does — each
+after SGD steps, evaluation), and obeys ``fairfl.training.engine.exactness`` as every model does — each
 instance's bits whatever its stack's size, partners and cut, a stack size that rounds otherwise is
 padded, the CUDA-graph runner's steps are the eager bits — and the configs it changes get new cache
 keys, no others. Runs on the real Shakespeare data (groups, threads, resume): tests/test_engine.py,
@@ -11,13 +11,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fairfl import ExperimentConfig, LocalTraining, PartitionSpec, stacked_lstm
-from fairfl import engine
-from fairfl.client import flat_params
-from fairfl.engine import cores, exactness, fused, graphs, stack
-from fairfl.engine.jobs import Source, batch_plan, can_batch, unflatten
-from fairfl.models import CharLSTM, build_model
-from fairfl.seeding import Stream
+from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
+from fairfl.federated import stacked_lstm
+from fairfl.training import engine
+from fairfl.training.client import flat_params
+from fairfl.training.engine import cores, exactness, fused, graphs, stack
+from fairfl.training.engine.jobs import Source, batch_plan, can_batch, unflatten
+from fairfl.federated.models import CharLSTM, build_model
+from fairfl.base.seeding import Stream
 
 V, T = 81, 80                  # the Shakespeare vocabulary and window
 
@@ -210,7 +211,7 @@ def test_a_stack_size_that_rounds_otherwise_is_padded(monkeypatch, one_thread):
 
 
 def test_the_graph_runners_steps_give_the_eager_bits():
-    """What a CUDA graph captures (``fairfl.engine.graphs``' runner), run eagerly on a CPU: the
+    """What a CUDA graph captures (``fairfl.training.engine.graphs``' runner), run eagerly on a CPU: the
     stacked LSTM's steps with momentum, weight decay and a proximal term give the eager loop's bits."""
     model = build_model("lstm_shakespeare", (T,), V, seed=0)
     names = [n for n, _ in model.named_parameters()]

@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fairfl import ConfigError, ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.algorithms import Context, make_algorithm
-from fairfl.algorithms.fedavg import FedAvg
-from fairfl.algorithms.term import TERM, tilted_weights
-from fairfl.loop import simulate
-from fairfl.messages import ClientUpdates
+from fairfl.federated.algorithms import Context, make_algorithm
+from fairfl.federated.algorithms.fedavg import FedAvg
+from fairfl.federated.algorithms.term import TERM, tilted_weights
+from fairfl.runs.loop import simulate
+from fairfl.federated.messages import ClientUpdates
 
 
 def reports(updates, losses, n=None):

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from fairfl import ConfigError, ExperimentConfig, LocalTraining, PartitionSpec
-from fairfl.client import evaluate_model, set_flat_params
-from fairfl.history import load_checkpoint
-from fairfl.loop import federated_data, simulate, simulate_group
-from fairfl.models import build_model
+from fairfl.training.client import evaluate_model, set_flat_params
+from fairfl.runs.history import load_checkpoint
+from fairfl.runs.loop import federated_data, simulate, simulate_group
+from fairfl.federated.models import build_model
 
 CFG = ExperimentConfig(
     dataset="fashion_mnist",
@@ -80,7 +80,7 @@ def test_val_fraction_holds_training_rows_out_and_keeps_the_standard_test_file(f
     """The papers' settings that test on the standard test file (q-FFL's three clients, Adult's
     domains) get a validation split from their training rows; the test data and every earlier
     partition stay as they were."""
-    from fairfl.partition import federate
+    from fairfl.federated.partition import federate
     plain = PartitionSpec("one_class", num_clients=3, classes=(0, 1, 2), split=None)
     held = PartitionSpec("one_class", num_clients=3, classes=(0, 1, 2), split=None, val_fraction=0.1)
     a, b = federate(fmnist, plain), federate(fmnist, held)
@@ -103,7 +103,7 @@ def test_val_fraction_holds_training_rows_out_and_keeps_the_standard_test_file(f
 
 
 def test_a_multi_objective_run_refuses_validation_scores(tmp_path):
-    from fairfl.paper import fmol_config
+    from fairfl.studies.paper import fmol_config
     cfg = fmol_config(K=1).replace(rounds=1, eval_every=1, track_validation=True)
     with pytest.raises(ConfigError, match="track_validation scores single-task models"):
         simulate(cfg, progress=False)

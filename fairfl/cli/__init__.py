@@ -12,7 +12,7 @@ import sys
 
 # Only light modules here: `python -m fairfl --help` must not wait for torch. Each command imports
 # what it needs.
-from ..profiles import PROFILES
+from fairfl.base.profiles import PROFILES
 from .reproduce import (KERNEL_ARGUMENTS, MEASURED_ON, NOTEBOOK_SECONDS, check_parameters,  # noqa: F401
                         cmd_reproduce, expected_time, notebook_paths)
 from .results import cmd_results
@@ -23,7 +23,7 @@ DESCRIPTION = "fairfl: data / run / reproduce / results / list."
 
 
 def _cmd_data(args) -> int:
-    from ..data import report
+    from fairfl.federated.data import report
     # `data --require A B` (what setup.sh runs) reports A and B only: the datasets nothing needs were
     # three "missing" lines at every `make lab` and `make test`
     rows = report(args.names or args.require or None)
@@ -55,9 +55,9 @@ def console() -> None:
 
 
 def _cmd_list(args) -> int:
-    from ..algorithms import ALGORITHMS
-    from ..data import LOADERS
-    from ..models import MODELS
+    from fairfl.federated.algorithms import ALGORITHMS
+    from fairfl.federated.data import LOADERS
+    from fairfl.federated.models import MODELS
     print("algorithms:", ", ".join(sorted(ALGORITHMS)))
     print("models:    ", ", ".join(sorted(MODELS)))
     print("datasets:  ", ", ".join(sorted(LOADERS)))
@@ -110,7 +110,7 @@ def _interrupt_once(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .. import __version__
+    from fairfl import __version__
     p = _Parser(prog="fairfl", description=DESCRIPTION)
     p.add_argument("--version", action="version", version=f"fairfl {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.getsignal(signal.SIGINT)
     if previous is signal.default_int_handler:     # not where SIGINT is ignored on purpose
         signal.signal(signal.SIGINT, _interrupt_once)
-    from ..errors import FairFLError
+    from fairfl.base.errors import FairFLError
     try:
         return args.fn(args)
     except KeyboardInterrupt as e:

@@ -1,7 +1,7 @@
 """``fairfl reproduce``: execute notebooks with papermill, one at a time, each into the outputs
 folder (a partial file replaced only by a notebook that ran to its end, a failed one kept beside
 it), with ``-p`` parameters checked against the notebook's, the profile and device handed to the
-kernels, the measured time announced (:data:`fairfl.profiles.NOTEBOOK_SECONDS`), and Ctrl-C handled at any moment
+kernels, the measured time announced (:data:`fairfl.base.profiles.NOTEBOOK_SECONDS`), and Ctrl-C handled at any moment
 (:class:`_Interrupt`); :func:`notebook_paths` finds notebooks by name, prefix or path."""
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-from ..profiles import MEASURED_ON, NOTEBOOK_SECONDS, PROFILES, expected_time  # noqa: F401
+from fairfl.base.profiles import MEASURED_ON, NOTEBOOK_SECONDS, PROFILES, expected_time  # noqa: F401
 
 
 def notebook_paths(names: list[str]) -> list[Path]:
-    from ..paths import notebooks_root
+    from fairfl.base.paths import notebooks_root
     all_nbs = sorted(notebooks_root().glob("[0-9][0-9]_*.ipynb"))
     if not names:
         return all_nbs
@@ -25,7 +25,7 @@ def notebook_paths(names: list[str]) -> list[Path]:
             continue
         match = [p for p in all_nbs if p.stem == Path(n).stem or p.name.startswith(n)]
         if not match:
-            from ..errors import ConfigError
+            from fairfl.base.errors import ConfigError
             raise ConfigError(f"no notebook matches {n!r}; have: {', '.join(p.name for p in all_nbs)}")
         out += match
     return out
@@ -33,8 +33,8 @@ def notebook_paths(names: list[str]) -> list[Path]:
 
 def _parameters(items: list[str]) -> dict:
     """``-p KEY=VALUE`` (VALUE as JSON when it parses, else a string) for the parameters cell."""
-    from ..config import parse_setting_value
-    from ..errors import ConfigError
+    from fairfl.runs.config import parse_setting_value
+    from fairfl.base.errors import ConfigError
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -51,7 +51,7 @@ def check_parameters(notebooks: list[Path], parameters: dict) -> None:
     about an unknown one (``-p round=2`` for ``rounds``) and the notebook runs with its defaults."""
     import difflib
     from papermill import inspect_notebook
-    from ..errors import ConfigError
+    from fairfl.base.errors import ConfigError
     for nb in notebooks:
         have = list(inspect_notebook(str(nb)))
         if not have:
@@ -68,7 +68,7 @@ def _profile(args) -> str:
     """One rule: what is given explicitly beats the environment. An explicit --profile beats
     $FAIRFL_PROFILE (the notebook is handed the profile as a parameter, which beats the
     environment in the kernel too); without --profile, $FAIRFL_PROFILE, else quick."""
-    from ..errors import ConfigError
+    from fairfl.base.errors import ConfigError
     env = os.environ.get("FAIRFL_PROFILE")
     if env is not None and env not in PROFILES:
         raise ConfigError(f"FAIRFL_PROFILE={env!r} is not one of {', '.join(PROFILES)}")
@@ -100,7 +100,7 @@ class _Interrupt:
     The first one interrupts the notebook's kernel if a cell is running (jupyter_client starts the
     kernel in a session of its own, so the terminal's Ctrl-C does not reach it): the cell stops as
     Ctrl-C stops it in JupyterLab (a sweep keeps its finished runs and checkpoints and says so in
-    one line, ``fairfl.sweeps``, which `reproduce` repeats) and papermill ends with that cell's
+    one line, ``fairfl.runs.sweeps``, which `reproduce` repeats) and papermill ends with that cell's
     error. Between two cells, or while the kernel starts, nothing is sent (a kernel signalled while
     it starts dies with a traceback): the next cell does not start. A second Ctrl-C stops at once:
     the kernel and its workers are killed, the notebook so far is kept as failed, one line is said
@@ -171,7 +171,7 @@ class _Interrupt:
 
 
 def cmd_reproduce(args) -> int:
-    from ..paths import outputs_root
+    from fairfl.base.paths import outputs_root
 
     parameters = _parameters(args.p or [])
     profile = _profile(args)
@@ -179,32 +179,32 @@ def cmd_reproduce(args) -> int:
     if parameters:
         check_parameters(notebooks, parameters)
     device = "cpu"
-    if args.device is not None:   # checked now, then handed to the kernels (fairfl.notebook.start reads it)
-        from ..config import ExperimentConfig
-        from ..engine import resolve_device
+    if args.device is not None:   # checked now, then handed to the kernels (fairfl.studies.notebook.start reads it)
+        from fairfl.runs.config import ExperimentConfig
+        from fairfl.training.engine import resolve_device
         device = ExperimentConfig(device=args.device).device
         resolve_device(device)
         os.environ["FAIRFL_DEVICE"] = device
     if args.address and args.backend != "ray":
-        from ..errors import ConfigError
+        from fairfl.base.errors import ConfigError
         raise ConfigError(f"--address {args.address} is the address of a Ray cluster: add --backend ray")
-    if args.backend:         # handed to the kernels too: fairfl.sweeps.default_backend reads them
+    if args.backend:         # handed to the kernels too: fairfl.runs.sweeps.default_backend reads them
         os.environ["FAIRFL_BACKEND"] = args.backend
         if args.address:
             os.environ["FAIRFL_RAY_ADDRESS"] = args.address
-    # the kernels' progress bars as text: a widget has no state in the executed notebook (fairfl.progress)
+    # the kernels' progress bars as text: a widget has no state in the executed notebook (fairfl.base.progress)
     os.environ.setdefault("FAIRFL_PROGRESS", "text")
     # A run with -p explores: its executed notebooks go beside the reproduced ones, never over them, each
     # exploration into a folder of its own named by its settings (outputs/<profile>/explore/rounds=3/). Choosing
     # some of a notebook's parts (-p parts=...) is not exploring: they run with the profile's settings.
-    from ..paths import exploration_name
+    from fairfl.base.paths import exploration_name
     exploring = {k: v for k, v in parameters.items() if k != "parts"}
     out_dir = Path(args.output or outputs_root()) / profile
     if exploring:
         out_dir = out_dir / "explore" / exploration_name(parameters)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if exploring:            # and its figures beside them (fairfl.notebook.figure_dir), not over the reproduced ones
-        from ..paths import EXPLORE_ENV
+    if exploring:            # and its figures beside them (fairfl.studies.notebook.figure_dir), not over the reproduced ones
+        from fairfl.base.paths import EXPLORE_ENV
         os.environ[EXPLORE_ENV] = str(out_dir.resolve())
     failures = 0
     with _Interrupt() as interrupt:
@@ -223,7 +223,7 @@ def _reproduce_one(nb: Path, out_dir: Path, profile: str, parameters: dict, devi
     the last good one only when the notebook has run to its end; a failed or interrupted one is
     kept beside it as ``<name>.failed.ipynb``."""
     import papermill as pm
-    from ..claims import summary
+    from fairfl.studies.claims import summary
     t0 = time.time()
     target = out_dir / nb.name
     failed = out_dir / f"{nb.stem}.failed.ipynb"
@@ -233,9 +233,9 @@ def _reproduce_one(nb: Path, out_dir: Path, profile: str, parameters: dict, devi
     # good notebook stay beside it (it was deleted when a notebook started)
     claims_partial = out_dir / f".{nb.stem}.claims.partial.json"
     claims_partial.unlink(missing_ok=True)
-    os.environ["FAIRFL_CLAIMS_FILE"] = str(claims_partial)  # the kernel inherits it (fairfl.claims)
+    os.environ["FAIRFL_CLAIMS_FILE"] = str(claims_partial)  # the kernel inherits it (fairfl.studies.claims)
     # and its figures and tables to a staging folder, moved into place when it has run to its end
-    from ..paths import STAGING_ENV
+    from fairfl.base.paths import STAGING_ENV
     staging = out_dir / f".{nb.stem}.figures.partial"
     failed_figures = out_dir / f"{nb.stem}.failed.figures"
     _remove(staging)
@@ -308,7 +308,7 @@ def _keep_partial(partial: Path, failed: Path) -> None:
     """A failed or interrupted notebook is kept as ``<name>.failed.ipynb`` beside the last good one,
     and the figures it drew as ``<name>.failed.figures/`` (the last good ones stay where they are)."""
     if partial.is_dir():
-        from ..paths import DESTINATION
+        from fairfl.base.paths import DESTINATION
         _remove(failed)
         os.replace(partial, failed)
         (failed / DESTINATION).unlink(missing_ok=True)
@@ -323,9 +323,9 @@ def _remove(folder: Path) -> None:
 
 
 def _destination(staging: Path) -> Path | None:
-    """Where the notebook's figures go: the folder ``fairfl.notebook.start`` wrote into the staging
+    """Where the notebook's figures go: the folder ``fairfl.studies.notebook.start`` wrote into the staging
     folder's ``DESTINATION`` file (the one its header line names)."""
-    from ..paths import DESTINATION
+    from fairfl.base.paths import DESTINATION
     try:
         return Path((staging / DESTINATION).read_text(encoding="utf-8").strip())
     except OSError:
@@ -338,9 +338,9 @@ def _move_into_place(staging: Path, destination: Path | None) -> None:
     if not staging.is_dir():
         return
     if destination is None:
-        from ..errors import WriteError
+        from fairfl.base.errors import WriteError
         raise WriteError(f"the notebook staged files in {staging} but never said where they go")
-    from ..paths import DESTINATION
+    from fairfl.base.paths import DESTINATION
     for source in sorted(p for p in staging.rglob("*") if p.is_file() and p.name != DESTINATION):
         target = destination / source.relative_to(staging)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """``fairfl results``: the index of cached runs (settings, rounds done, final metrics, size),
 ``--where`` to select and ``--prune`` to remove stale entries; or the rows of the CSV tables a
-notebook wrote (``fairfl.protocol.write_table``)."""
+notebook wrote (``fairfl.studies.protocol.write_table``)."""
 from __future__ import annotations
 
 import sys
@@ -8,12 +8,12 @@ from pathlib import Path
 
 
 def _show_tables(paths: list[str], where: list[str], fmt: str) -> int:
-    """``fairfl results FILE.csv …``: the rows of tables a notebook wrote (``fairfl.protocol.write_table``),
+    """``fairfl results FILE.csv …``: the rows of tables a notebook wrote (``fairfl.studies.protocol.write_table``),
     each after its kind, schema and protocol version, selected by ``--where COLUMN=VALUE``."""
     import json as _json
 
-    from ..errors import ConfigError
-    from ..protocol import read_table
+    from fairfl.base.errors import ConfigError
+    from fairfl.studies.protocol import read_table
     for path in paths:
         frame = read_table(path)
         for item in where:
@@ -42,15 +42,15 @@ def _show_tables(paths: list[str], where: list[str], fmt: str) -> int:
 
 
 def cmd_results(args) -> int:
-    from ..errors import ConfigError
-    from ..index import format_table, human_size, prune, rows, scan
-    from ..paths import results_root
+    from fairfl.base.errors import ConfigError
+    from fairfl.runs.index import format_table, human_size, prune, rows, scan
+    from fairfl.base.paths import results_root
     # files given after --where (which takes several values) are tables too
     tables = list(args.tables or []) + [w for w in args.where or [] if "=" not in w and Path(w).is_file()]
     args.where = [w for w in args.where or [] if w not in tables]
     if tables:
         if args.prune or args.root:
-            from ..errors import ConfigError
+            from fairfl.base.errors import ConfigError
             raise ConfigError("--prune and --root apply to the run cache, not to CSV tables")
         return _show_tables(tables, args.where, args.format)
     root = Path(args.root) if args.root else results_root()

@@ -1,5 +1,5 @@
 """``fairfl run``: one experiment from a YAML file and ``--set`` overrides, cached by its config
-(``fairfl.sweeps.run``); ``--import`` of modules that register algorithms of your own; what a
+(``fairfl.runs.sweeps.run``); ``--import`` of modules that register algorithms of your own; what a
 Ctrl-C leaves (:class:`Said`: one line, exit status 130)."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def import_modules(items: list[str]) -> None:
     on ``sys.path`` and the file imported by its name, so that worker processes, which import an
     algorithm's module by name, find it too."""
     import importlib
-    from ..errors import ConfigError
+    from fairfl.base.errors import ConfigError
     for item in items:
         path = Path(item)
         if item.endswith(".py"):
@@ -43,10 +43,10 @@ def import_modules(items: list[str]) -> None:
 
 
 def cmd_run(args) -> int:
-    from ..config import ExperimentConfig, parse_setting_value, set_dotted
-    from ..errors import ConfigError
-    from ..sweeps import run, run_dir
-    from .. import metrics
+    from fairfl.runs.config import ExperimentConfig, parse_setting_value, set_dotted
+    from fairfl.base.errors import ConfigError
+    from fairfl.runs.sweeps import run, run_dir
+    from fairfl.federated import metrics
 
     import_modules(args.imports or [])
     base = ExperimentConfig.from_yaml(args.config).to_dict() if args.config else ExperimentConfig().to_dict()
@@ -77,9 +77,9 @@ class Said(KeyboardInterrupt):
 
 def _run_interrupted(cfg, no_cache: bool) -> str:
     """What a Ctrl-C during `fairfl run` leaves: the run's checkpoint, or another process training it."""
-    from ..cache import Claim
-    from ..progress import read
-    from ..sweeps import run_dir
+    from fairfl.runs.cache import Claim
+    from fairfl.base.progress import read
+    from fairfl.runs.sweeps import run_dir
     if no_cache:
         return f"interrupted: {cfg.label()} stopped (--no-cache: nothing is kept)"
     folder = run_dir(cfg)

@@ -12,13 +12,13 @@ config, ``fairfl.simulation``); it does not run against the current package. To 
 histories are identical, bit for bit (everything but the wall-clock round times).
 
 The CNN cases run without dropout (``model_options={"dropout": False}``): since cache version 4
-dropout draws its masks from each client's stream (``fairfl.seeding.keep_mask``) instead of
+dropout draws its masks from each client's stream (``fairfl.base.seeding.keep_mask``) instead of
 torch's global generator, a deliberate change of the random stream, not of the arithmetic, which
 these cases pin down. Recorded with Intel MKL in strict reproducibility mode (``MKL_CBWR=AUTO,STRICT``,
 set below), as the current package computes; without it MKL rounds some products differently.
 
 The kernels these numbers are bit-exact for are in ``cpu_kernels_2392cdc.json``
-(``fairfl.loop.cpu_kernels()`` on a machine where the recording reproduces bit for bit: the
+(``fairfl.runs.loop.cpu_kernels()`` on a machine where the recording reproduces bit for bit: the
 project's AMD EPYC machines). Re-record both together; on other kernels the test compares to a
 tolerance (``tests/test_golden.py``).
 """

@@ -1,0 +1,258 @@
+"""The figures of the one-protocol benchmark (notebook 06), from :mod:`fairfl.studies.protocol`'s tables:
+a forest plot of seed-paired differences from the reference, each method's tuning grid as a path
+in the accuracy–fairness plane, and a heat map of the effects over methods × metrics × federations."""
+from __future__ import annotations
+
+import textwrap
+from typing import Any, Mapping, Sequence
+
+import matplotlib
+import matplotlib.lines
+import matplotlib.pyplot as plt
+import numpy as np
+
+from fairfl.base.figure_checks import MIN_TEXT_PT, TWO_COLUMNS
+
+# ----------------------------------------------------------------------------- the benchmark (notebook 06)
+# Drawn for print: two-column width (6.9 in), text of 7 pt and more; one colour and one marker per
+# method in every panel (method_styles); an axis shows only what its metric can take.
+
+_CRITERION_MARKS = {"mean": ("o", "chosen on mean"), "worst10": ("^", "chosen on worst 10 %"),
+                    "mean-std": ("s", "chosen on mean − σ")}
+_METRIC_NAMES = {"mean": "mean", "std": "σ over clients", "worst10": "worst 10 %", "best10": "best 10 %"}
+
+
+def _print_text(ax) -> None:
+    ax.tick_params(labelsize=MIN_TEXT_PT)
+    ax.xaxis.label.set_size(MIN_TEXT_PT + 0.5)
+    ax.yaxis.label.set_size(MIN_TEXT_PT + 0.5)
+    ax.title.set_size(MIN_TEXT_PT + 0.5)
+
+
+def _inside(lo: float, hi: float, limits: tuple[float, float], pad: float = 0.06) -> tuple[float, float]:
+    """[lo, hi] widened by ``pad`` of its width and cut to the metric's ``limits``."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return limits
+    width = max(hi - lo, 1e-6)
+    return max(limits[0], lo - pad * width), min(limits[1], hi + pad * width)
+
+
+def _robust_limits(centres, spans, dots, limits, fence: float = 3.0, pad: float = 0.06) -> tuple[float, float]:
+    """The x-range of one forest panel: 0, every method's mean difference, and every seed's
+    difference (pooled over the methods) inside Tukey's far-out fences, [Q1 − 3·IQR, Q3 + 3·IQR]
+    (one extreme seed does not set the axis for every method); interval ends inside that range
+    count too. Widened by ``pad`` and cut to the metric's ``limits``."""
+    dots = np.asarray([d for d in dots if np.isfinite(d)], dtype=np.float64)
+    lo, hi = [0.0] + [c for c in centres if np.isfinite(c)], [0.0] + [c for c in centres if np.isfinite(c)]
+    if dots.size:
+        q1, q3 = np.quantile(dots, [0.25, 0.75])
+        low_fence, high_fence = q1 - fence * (q3 - q1), q3 + fence * (q3 - q1)
+        kept = dots[(dots >= low_fence) & (dots <= high_fence)]
+        lo.append(float(kept.min()))
+        hi.append(float(kept.max()))
+        lo += [v for v in spans if np.isfinite(v) and low_fence <= v]
+        hi += [v for v in spans if np.isfinite(v) and v <= high_fence]
+    return _inside(min(lo), max(hi), limits, pad)
+
+
+def forest_plot(table, seeds, reference: str, methods: Sequence[str], styles: Mapping[str, Mapping[str, Any]],
+                metrics: Sequence[str] = ("mean", "std", "worst10"), axes=None, fdr: float = 0.05,
+                clients: int | None = None, labels: Mapping[str, str] | None = None):
+    """Seed-paired differences from ``reference``, one panel per metric and one row per method
+    (a :func:`fairfl.studies.protocol.summary` ``table`` of one federation, track and criterion): the
+    mean difference with its interval, each seed's own difference as a small dot (``seeds``:
+    {method: {metric: the per-seed differences}}), filled where the Benjamini–Hochberg q-value
+    is ≤ ``fdr`` and hollow otherwise. The x-axis covers 0, every mean difference and every seed
+    inside Tukey's far-out fences (pooled over the methods), inside the range a difference of the
+    metric can take: so that one extreme seed does not squeeze every other method into a line, a
+    seed or an interval end beyond it is drawn at the edge as a caret (‹ ›) in its method's colour. ``clients``
+    names the worst-10 % panel "worst client" where a federation has fewer than 20; ``labels``
+    renames rows (a row compared with another reference than ``reference`` says so)."""
+    from ..protocol import LOWER_IS_BETTER, difference_range, metric_label
+    shown = [m for m in methods if m != reference and m in set(table.method)]
+    if axes is None:
+        _, axes = plt.subplots(1, len(metrics), sharey=True, figsize=(TWO_COLUMNS, 0.22 * len(shown) + 1.0),
+                               layout="constrained")
+    axes = np.atleast_1d(axes)
+    y = {m: len(shown) - 1 - i for i, m in enumerate(shown)}
+    for ax, metric in zip(axes, metrics):
+        rows = table[table.metric == metric].set_index("method")
+        drawn = [m for m in shown if m in rows.index and np.isfinite(rows.loc[m, "difference"])]
+        dots_of = {m: np.asarray(seeds.get(m, {}).get(metric, []), dtype=np.float64) for m in drawn}
+        left, right = _robust_limits([rows.loc[m, "difference"] for m in drawn],
+                                     [v for m in drawn for v in (rows.loc[m, "difference_low"],
+                                                                 rows.loc[m, "difference_high"])],
+                                     [d for m in drawn for d in dots_of[m]], difference_range(metric))
+        clip = lambda v: min(max(v, left), right)
+        for m in drawn:
+            r, style = rows.loc[m], styles[m]
+            found = bool(np.isfinite(r["q"]) and r["q"] <= fdr)
+            dots = dots_of[m]
+            inside = dots[(dots >= left) & (dots <= right)]
+            if inside.size:
+                ax.scatter(inside, np.full(inside.size, y[m]) + 0.22, s=4, color=style["color"], alpha=0.5,
+                           linewidths=0)
+            for side, outside, mark in ((left, dots[dots < left], "<"), (right, dots[dots > right], ">")):
+                if outside.size:       # the extreme seeds, at the edge
+                    ax.plot([side], [y[m] + 0.22], linestyle="none", marker=mark, markersize=3.5,
+                            color=style["color"], clip_on=False)
+            low, high = r["difference_low"], r["difference_high"]
+            ax.plot([clip(low), clip(high)], [y[m], y[m]], color=style["color"], linewidth=1.2)
+            ax.plot(clip(r["difference"]), y[m], linestyle="none", marker=style["marker"], markersize=4.5,
+                    color=style["color"], markerfacecolor=style["color"] if found else "white")
+        ax.axvline(0, color="0.15", linewidth=0.9, zorder=1)
+        ax.set_xlim(left, right)
+        better = "lower is better" if metric in LOWER_IS_BETTER else "higher is better"
+        ax.set_title(f"{metric_label(metric, clients) if metric != 'std' else 'σ over clients'}\n({better})")
+        ax.set_xlabel(f"difference from {reference} (points)")
+        ax.grid(axis="y", visible=False)
+        _print_text(ax)
+    axes[0].set_yticks([y[m] for m in shown], [dict(labels or {}).get(m, m) for m in shown])
+    axes[0].set_ylim(-0.7, len(shown) - 0.3)
+    key = [matplotlib.lines.Line2D([], [], color="0.3", marker="o", linestyle="-", markersize=4.5, label=text,
+                                   markerfacecolor=face) for face, text in
+           (("0.3", f"resolved (Benjamini–Hochberg q ≤ {fdr:g})"), ("white", "not resolved"))]
+    key.append(matplotlib.lines.Line2D([], [], color="0.3", marker="o", linestyle="none", markersize=2, alpha=0.5,
+                                       label="one seed"))
+    key.append(matplotlib.lines.Line2D([], [], color="0.3", marker=">", linestyle="none", markersize=3.5,
+                                       label="seeds beyond the axis"))
+    axes[0].figure.legend(handles=key, loc="outside lower center", ncols=4, fontsize=MIN_TEXT_PT, frameon=False)
+    return axes
+
+
+def tradeoff_paths(grid, methods: Sequence[str], styles: Mapping[str, Mapping[str, Any]], columns: int = 5,
+                   title: str = "", x: str = "mean", y: str = "std", knobs: Mapping[str, str] | None = None):
+    """Each method's whole tuning grid in the accuracy–fairness plane, one small panel per method
+    (shared axes): ``grid`` has one row per (method, configuration) with the columns ``method``,
+    ``along`` (the value of the knob its path is ordered along), ``tag`` (the configuration's
+    values, written beside its point), ``x`` and ``y`` (validation scores in %, the choice's view),
+    ``chosen`` (the criteria that chose it, a set) and ``diverged`` (bool). The configurations are
+    joined in the order of ``along`` (not of the design, which zig-zags), each labelled with its
+    tag, and each criterion's choice ringed with its own marker; a configuration that diverged has
+    no scores and is written under the panel's title, marked ×. ``knobs`` ({method: "q · lr×"})
+    names, in each panel's title, the knobs the tags list. Axes inside [0, 100] (σ: [0, 50])."""
+    from ..protocol import METRIC_RANGE
+    knobs = dict(knobs or {})
+    shown = [m for m in methods if m in set(grid["method"])]
+    rows = -(-len(shown) // columns)
+    fig, axes = plt.subplots(rows, columns, sharex=True, sharey=True, squeeze=False, layout="constrained",
+                             figsize=(TWO_COLUMNS, 1.55 * rows + 0.7))
+    finite = grid[np.isfinite(grid[x]) & np.isfinite(grid[y])]
+    xlim = _inside(finite[x].min(), finite[x].max(), METRIC_RANGE[x], 0.12) if len(finite) else METRIC_RANGE[x]
+    ylim = _inside(finite[y].min(), finite[y].max(), METRIC_RANGE[y], 0.12) if len(finite) else METRIC_RANGE[y]
+    diverged_col = grid["diverged"] if "diverged" in grid else np.zeros(len(grid), dtype=bool)
+    labels: list = []
+    for ax, m in zip(axes.flat, shown):
+        g = grid[grid.method == m]
+        gone = g[diverged_col[g.index].astype(bool) | ~(np.isfinite(g[x]) & np.isfinite(g[y]))]
+        g = g.drop(gone.index).sort_values("along" if "along" in g else "order", kind="stable")
+        style = styles[m]
+        ax.plot(g[x], g[y], color=style["color"], linewidth=0.8, marker=style["marker"], markersize=3)
+        for criterion, (marker, _) in _CRITERION_MARKS.items():
+            hit = g[[criterion in c for c in g["chosen"]]]
+            ax.plot(hit[x], hit[y], linestyle="none", marker=marker, markersize=8, markerfacecolor="none",
+                    markeredgecolor="0.15", markeredgewidth=0.8)
+        if "tag" in g:
+            labels += [ax.annotate(str(r.tag), (getattr(r, x), getattr(r, y)), xytext=(3, 2), textcoords="offset points",
+                                   fontsize=MIN_TEXT_PT, color="0.25") for r in g.itertuples()]
+        head = "\n".join(textwrap.wrap(m, 22))
+        if m in knobs:
+            head += f"\n({knobs[m]})"
+        if len(gone):
+            head += "\n× " + ", ".join(str(t) for t in (gone["tag"] if "tag" in gone else gone.index)) + " diverged"
+        ax.set_title(head, pad=2)
+        _print_text(ax)
+    for ax in axes.flat[len(shown):]:
+        ax.set_axis_off()
+    axes[0, 0].set_xlim(*xlim)
+    axes[0, 0].set_ylim(*ylim)
+    for ax in axes[-1]:
+        ax.set_xlabel(f"{_METRIC_NAMES.get(x, x)} (%)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"{_METRIC_NAMES.get(y, y)} (%)")
+    handles = [matplotlib.lines.Line2D([], [], linestyle="none", marker=mk, markersize=7, markerfacecolor="none",
+                                       markeredgecolor="0.15", label=text) for mk, text in _CRITERION_MARKS.values()]
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=MIN_TEXT_PT, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=MIN_TEXT_PT + 1)
+    _spread_labels(fig, labels)
+    return fig
+
+
+def _spread_labels(fig, labels) -> None:
+    """Move each point's label to the first of a few places beside its point where it lies inside its
+    panel and over no label placed before it (two configurations close in the plane would print their
+    values over each other); where none is free it takes the last place tried."""
+    places = [(3, 2), (3, -9), (-3, 2), (-3, -9), (3, 8), (-3, 8), (3, -15), (-3, -15)]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    placed = [t.get_window_extent(renderer) for ax in fig.axes for t in (*ax.get_xticklabels(), *ax.get_yticklabels(),
+                                                                         ax.title) if t.get_visible() and t.get_text()]
+    for label in labels:
+        for dx, dy in places:
+            label.set_position((dx, dy))
+            label.set_horizontalalignment("left" if dx > 0 else "right")
+            box, panel = label.get_window_extent(renderer), label.axes.get_window_extent(renderer)
+            inside = panel.x0 <= box.x0 and box.x1 <= panel.x1 and panel.y0 <= box.y0 and box.y1 <= panel.y1
+            if inside and not any(min(box.x1, b.x1) - max(box.x0, b.x0) > 0 and min(box.y1, b.y1) - max(box.y0, b.y0) > 0
+                                  for b in placed):
+                break
+        placed.append(label.get_window_extent(renderer))
+
+
+def effect_heatmap(table, federations: Sequence[str], methods: Sequence[str],
+                   metrics: Sequence[str] = ("mean", "std", "worst10"), references: Mapping[str, str] | None = None,
+                   fdr: float = 0.05, labels: Mapping[str, str] | None = None,
+                   clients: Mapping[str, int] | None = None):
+    """One heat map of effect sizes over methods × metrics × federations: each cell the seed-paired
+    difference from the method's track reference (a :func:`fairfl.studies.protocol.summary` table), its
+    sign turned so that blue is better for every metric (σ: lower), written in the cell with a
+    star where its Benjamini–Hochberg q-value is ≤ ``fdr``; a cell without a comparison (the
+    reference itself, a federation that cannot speak for the track) is blank. The colour scale is
+    symmetric and capped at the 95th percentile of the effects, so that one exploding method does
+    not wash the others out. ``labels`` renames rows (say which reference a personalised method
+    is compared with); ``clients`` ({federation: its number of clients}) names a worst-10 % column
+    "worst client" where a federation has fewer than 20. A row compares a method with its own
+    reference where the table names one (``reference``: an averaged iterate with an averaged
+    iterate)."""
+    from ..protocol import LOWER_IS_BETTER, metric_label
+    clients = dict(clients or {})
+    references, labels = dict(references or {}), dict(labels or {})
+    refs = set(references.values()) | (set(table["method"][table["reference"] == table["method"]])
+                                       if "reference" in table else set())
+    rows = [m for m in methods if m in set(table.method) and m not in refs]
+    cols = [(f, k) for f in federations for k in metrics]
+    value = np.full((len(rows), len(cols)), np.nan)
+    star = np.zeros_like(value, dtype=bool)
+    for i, m in enumerate(rows):
+        for j, (f, k) in enumerate(cols):
+            hit = table[(table.method == m) & (table.federation == f) & (table.metric == k)]
+            if len(hit) and "difference" in hit and np.isfinite(hit["difference"].iloc[0]):
+                sign = -1.0 if k in LOWER_IS_BETTER else 1.0
+                value[i, j] = sign * hit["difference"].iloc[0]
+                star[i, j] = bool(hit["q"].iloc[0] <= fdr)
+    finite = np.abs(value[np.isfinite(value)])
+    cap = float(np.percentile(finite, 95)) if finite.size else 1.0
+    cap = max(cap, 1.0)
+    fig, ax = plt.subplots(figsize=(TWO_COLUMNS, 0.2 * len(rows) + 1.6), layout="constrained")
+    image = ax.imshow(np.clip(value, -cap, cap), cmap="RdBu", vmin=-cap, vmax=cap, aspect="auto")
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            if np.isfinite(value[i, j]):
+                v = value[i, j]
+                text = (f"{v:+.0f}" if abs(v) >= 10 else f"{v:+.1f}") + ("*" if star[i, j] else "")
+                ax.text(j, i, text, ha="center", va="center", fontsize=MIN_TEXT_PT,
+                        color="white" if abs(v) > 0.6 * cap else "0.1")
+    ax.set_xticks(range(len(cols)), [metric_label(k, clients.get(f)) for f, k in cols], rotation=90)
+    ax.set_yticks(range(len(rows)), [labels.get(m, m) for m in rows])
+    for j in range(len(metrics), len(cols), len(metrics)):
+        ax.axvline(j - 0.5, color="white", linewidth=2)
+    top = ax.secondary_xaxis("top")
+    top.set_xticks([j * len(metrics) + (len(metrics) - 1) / 2 for j in range(len(federations))], list(federations))
+    top.tick_params(length=0, labelsize=MIN_TEXT_PT)
+    ax.grid(False)
+    _print_text(ax)
+    bar = fig.colorbar(image, ax=ax, shrink=0.8, pad=0.01)
+    bar.set_label("better than the reference (points; σ sign turned)", fontsize=MIN_TEXT_PT)
+    bar.ax.tick_params(labelsize=MIN_TEXT_PT)
+    return fig
