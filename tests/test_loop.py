@@ -547,14 +547,14 @@ def test_partitions_of_a_class_subset_share_one_filtered_dataset(fmnist):
     assert ten < 0.6 * 10 * one                         # against ten copies of everything
 
 
-def _held_bytes(datas) -> int:
-    """Bytes of the distinct storages of the clients' data ``datas`` (each a run's client list) and of
-    the training pools made from them (``fairfl.training.client.training.pool_of``)."""
+def _held_bytes(datas, pools: bool = True) -> int:
+    """Bytes of the distinct storages of the clients' data ``datas`` (each a run's client list) and
+    (``pools``) of the training pools made from them (``fairfl.training.client.training.pool_of``)."""
     from fairfl.training.client.training import _POOLS
     seen: dict[int, int] = {}
     tensors = [getattr(c, f) for data in datas for c in data
                for f in ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test")]
-    tensors += [t for data, pool in _POOLS.values() if any(data is d for d in datas) for t in (pool.x, pool.y)]
+    tensors += [t for data, pool in _POOLS.values() if pools and any(data is d for d in datas) for t in (pool.x, pool.y)]
     for t in tensors:
         s = t.untyped_storage()
         seen[s.data_ptr()] = s.nbytes()
@@ -563,9 +563,10 @@ def _held_bytes(datas) -> int:
 
 def test_a_lockstep_group_holds_its_federations_data_once(fmnist, monkeypatch):
     """The runs of one lockstep group on one partition (notebook 06: every method at one seed) hold the
-    partition's data once between them — its clients' tensors and one training pool — as much as a run
-    alone does. Broken variants caught: each run partitioning the data anew, or making its own pool
-    (notebook 06's groups of 17-24 runs would hold 17-24 copies)."""
+    partition's data once between them: its clients' tensors, of which the training pool is a view, as
+    much as a run alone does. Broken variants caught: each run partitioning the data anew, or making its
+    own pool (notebook 06's groups of 17-24 runs would hold 17-24 copies), or a pool that copies the
+    clients' data (every partition of a sweep held twice)."""
     from fairfl.federated.algorithms.ditto import Ditto
     from fairfl.federated.algorithms.fedavg import FedProx
     from fairfl.training.client import ClientRuntime
@@ -585,6 +586,7 @@ def test_a_lockstep_group_holds_its_federations_data_once(fmnist, monkeypatch):
     _POOLS.clear()
     alone = simulate(base, progress=False)
     one = _held_bytes(datas)
+    assert one == _held_bytes(datas, pools=False) and len(_POOLS) == 1    # the pool holds no bytes of its own
     datas.clear()
     _POOLS.clear()
     group = [base.replace(algorithm=a) for a in (FedAvg(), FedProx(mu=0.1), Ditto(lam=0.5), FedAvg(server_lr=0.5))]

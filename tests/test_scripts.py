@@ -38,6 +38,7 @@ SMOKE: dict[str, tuple[list[str], str]] = {
     # notebook 04's smoke profile read and counted, its two kinds of client step timed for 2 rounds: a batched
     # one (the MLP) and an unbatched one (Shakespeare's LSTM). Every notebook's reading is tested by
     # tests/test_paper_cost.py (paper) and by notebook_sweeps.py's entry above (smoke)
+    "benchmarks/partition_memory.py": (["--smoke"], "the pool adds nothing"),
     "benchmarks/paper_cost.py": (["--smoke", "--notebooks", "04", "--out", "{tmp}/cost.json"],
                                  "paper_cost: 1 notebook(s), "),
     # real pfl from .pfl/ (`make test` installs it first: benchmarks/pfl_setup.sh), both sides once

@@ -373,12 +373,22 @@ class Client:
         return len(self.y_train)
 
 
+FIELDS = tuple(f.name for f in dataclasses.fields(Client))
+
+
 @dataclass(frozen=True)
 class FederatedData:
+    """A partition: its clients, and (``blocks``) each of their six tensors' fields held back to back
+    in one tensor, the clients' tensors being views of it. So the federation's data is held once: the
+    engine's pool of a round's clients (``fairfl.training.engine.Pool``) and the pooled client of a
+    centralised run are views of the same blocks, not copies (a copy per pool held every partition of
+    a sweep twice)."""
+
     dataset: ArrayDataset
     spec: PartitionSpec
     clients: list[Client]
     train_indices: list[np.ndarray] = field(repr=False)
+    blocks: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     @property
     def num_clients(self) -> int:
@@ -389,8 +399,12 @@ class FederatedData:
         device = torch.device(device)
         if all(c.x_train.device == device for c in self.clients):
             return self
-        moved = [Client(*(getattr(c, f.name).to(device) for f in dataclasses.fields(Client))) for c in self.clients]
-        return dataclasses.replace(self, clients=moved)
+        if self.blocks is None:
+            moved = [Client(*(getattr(c, f).to(device) for f in FIELDS)) for c in self.clients]
+            return dataclasses.replace(self, clients=moved)
+        blocks = {f: b.to(device) for f, b in self.blocks.items()}
+        return dataclasses.replace(self, clients=_views(blocks, [[len(getattr(c, f)) for f in FIELDS]
+                                                               for c in self.clients]), blocks=blocks)
 
     def label_counts(self, part: str = "train", task: int = 0) -> np.ndarray:
         """(clients, classes) matrix of label counts: the heatmap of a partition (of label column
@@ -454,23 +468,42 @@ def federate(ds: ArrayDataset, spec: PartitionSpec) -> FederatedData:
 
 
 def pool(fed: FederatedData) -> FederatedData:
-    """One client holding every client's train, val and test data (in client order)."""
-    cat = lambda part: torch.cat([getattr(c, part) for c in fed.clients])
-    merged = Client(*(cat(part) for part in ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test")))
-    return FederatedData(fed.dataset, fed.spec, [merged], [np.concatenate(fed.train_indices)])
+    """One client holding every client's train, val and test data (in client order): the blocks
+    themselves, where the partition has them."""
+    if fed.blocks is not None:
+        merged = Client(*(fed.blocks[f] for f in FIELDS))
+    else:
+        merged = Client(*(torch.cat([getattr(c, f) for c in fed.clients]) for f in FIELDS))
+    return FederatedData(fed.dataset, fed.spec, [merged], [np.concatenate(fed.train_indices)], fed.blocks)
+
+
+def _gathered(rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]],
+              sources: tuple[torch.Tensor, ...]) -> tuple[list[Client], dict[str, torch.Tensor]]:
+    """The clients of a partition from their row indices (``rows[k]``: client k's rows of each field
+    in ``sources``, the tensors the six fields are taken from): each field gathered once for all
+    clients, in client order, and the clients made views of it. The values are those of gathering
+    each client on its own; only where they are held changes."""
+    blocks = {f: src[torch.cat([r[i] for r in rows])] if rows else src[:0]
+              for i, (f, src) in enumerate(zip(FIELDS, sources))}
+    return _views(blocks, [[len(i) for i in r] for r in rows]), blocks
+
+
+def _views(blocks: dict[str, torch.Tensor], sizes: list[list[int]]) -> list[Client]:
+    """Client k's fields as views of ``blocks``, of the lengths ``sizes[k]`` (one per field)."""
+    parts = {f: torch.split(blocks[f], [s[i] for s in sizes]) for i, f in enumerate(FIELDS)}
+    return [Client(*(parts[f][k] for f in FIELDS)) for k in range(len(sizes))]
 
 
 def _federate(ds: ArrayDataset, spec: PartitionSpec) -> FederatedData:
     parts = partition_indices(ds, spec)
     split_rng = seeding.partition_rng(spec.seed, seeding.SPLIT)
-    clients = []
     if spec.split is None:
         test_groups = (ds.y_test.numpy() if spec.scheme == "one_class" else ds.groups_test)
         test_values = spec.classes if spec.scheme == "one_class" else spec.attribute_values
         if test_groups is None:
             raise ConfigError(f"dataset {ds.name!r} has no test-file groups")
         empty = np.array([], dtype=np.int64)
-        train_parts = []
+        train_parts, rows = [], []
         for idx, v in zip(parts, test_values):
             t = torch.from_numpy(np.flatnonzero(test_groups == v))
             # the validation rows are drawn only when asked for, so that every earlier partition is unchanged
@@ -478,24 +511,23 @@ def _federate(ds: ArrayDataset, spec: PartitionSpec) -> FederatedData:
                       if spec.val_fraction else (idx, empty))
             train_parts.append(tr)
             i, j = torch.from_numpy(tr), torch.from_numpy(va)
-            clients.append(Client(ds.x_train[i], ds.y_train[i], ds.x_train[j], ds.y_train[j],
-                                  ds.x_test[t], ds.y_test[t]))
-        return FederatedData(ds, spec, clients, train_parts)
+            rows.append((i, i, j, j, t, t))
+        clients, blocks = _gathered(rows, (ds.x_train, ds.y_train, ds.x_train, ds.y_train, ds.x_test, ds.y_test))
+        return FederatedData(ds, spec, clients, train_parts, blocks)
     in_order = spec.scheme == "natural" and ds.sequential
     from_file = spec.test_source == "file"
     test_rng = seeding.partition_rng(spec.seed, seeding.TEST_FILE) if from_file else None
-    train_parts = []
+    train_parts, rows = [], []
     for idx in parts:
         cut = split_in_order(idx, spec.split) if in_order else split_client(idx, spec.split, split_rng)
         tr, va, te = (torch.from_numpy(p) for p in cut)
         train_parts.append(tr.numpy())
         if from_file:
-            t = torch.from_numpy(_test_file_rows(ds, spec, te.numpy(), test_rng))
-            x_test, y_test = ds.x_test[t], ds.y_test[t]
-        else:
-            x_test, y_test = ds.x_train[te], ds.y_train[te]
-        clients.append(Client(ds.x_train[tr], ds.y_train[tr], ds.x_train[va], ds.y_train[va], x_test, y_test))
-    return FederatedData(ds, spec, clients, train_parts)
+            te = torch.from_numpy(_test_file_rows(ds, spec, te.numpy(), test_rng))
+        rows.append((tr, tr, va, va, te, te))
+    tests = (ds.x_test, ds.y_test) if from_file else (ds.x_train, ds.y_train)
+    clients, blocks = _gathered(rows, (ds.x_train, ds.y_train, ds.x_train, ds.y_train, *tests))
+    return FederatedData(ds, spec, clients, train_parts, blocks)
 
 
 def _labels_of(y: torch.Tensor, spec: PartitionSpec) -> np.ndarray:

@@ -7,6 +7,8 @@ flat parameter layout they share (``parameters()`` order: :func:`set_flat_params
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -31,8 +33,8 @@ class Pool:
         self.offsets = [0]
         for n in self.sizes[:-1]:
             self.offsets.append(self.offsets[-1] + n)
-        self.x = torch.cat(list(xs)).to(device) if len(xs) > 1 else xs[0].to(device)
-        self.y = torch.cat(list(ys)).to(device) if len(ys) > 1 else ys[0].to(device)
+        self.x = joined(xs).to(device)
+        self.y = joined(ys).to(device)
         self._columns: dict[int, torch.Tensor] = {}
 
     def labels(self, column: int | None) -> torch.Tensor:
@@ -44,6 +46,28 @@ class Pool:
 
     def source(self, k: int, column: int | None = None) -> "Source":
         return Source(self.x, self.labels(column), self.offsets[k], self.sizes[k])
+
+
+def joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat(parts)``, as a view where the parts already lie back to back in one tensor's
+    memory (a partition's clients are views of its blocks, ``fairfl.federated.partition``): the pool
+    of a round's clients then holds no second copy of the federation's data."""
+    if len(parts) == 1:
+        return parts[0]
+    filled = [p for p in parts if len(p)]
+    if not filled:
+        return torch.cat(list(parts))
+    first = filled[0]
+    step = math.prod(first.shape[1:]) * first.element_size()         # the bytes of one row, held contiguously
+    ptr = first.data_ptr()
+    for part in filled:         # an empty client (a view anywhere, or a tensor of its own) adds no rows
+        if (part.untyped_storage().data_ptr() != first.untyped_storage().data_ptr() or not part.is_contiguous()
+                or part.shape[1:] != first.shape[1:] or part.dtype != first.dtype or part.data_ptr() != ptr):
+            return torch.cat(list(parts))
+        ptr += len(part) * step
+    shape = (sum(len(p) for p in filled), *first.shape[1:])
+    return torch.empty(0, dtype=first.dtype, device=first.device).set_(first.untyped_storage(),
+                                                                       first.storage_offset(), shape)
 
 
 @dataclass(frozen=True)
