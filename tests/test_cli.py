@@ -719,3 +719,24 @@ def test_second_order_methods_warn_about_nothing_of_theirs():
                        timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "torch.Size([1, 26, 26])" and "Warning" not in r.stderr, r.stdout + r.stderr
+
+
+def test_a_ctrl_c_during_torchs_import_is_held_until_it_ends():
+    """A Ctrl-C in a command's first second landed inside ``import torch``, where a KeyboardInterrupt
+    raised in Python code that C++ called cannot unwind: "terminate called after throwing an instance
+    of 'pybind11::error_already_set'", SIGABRT. The CLI imports torch where a Ctrl-C is held until the
+    block ends and then raised: the block runs to its end, the interrupt comes after, the handler is back."""
+    import signal
+    import time
+    from fairfl.cli import interrupts_deferred
+    before = signal.getsignal(signal.SIGINT)
+    reached = False
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)                    # the handler has run by now: held, not raised
+            reached = True
+    assert reached and signal.getsignal(signal.SIGINT) is before
+    with interrupts_deferred():                 # no Ctrl-C: nothing raised
+        pass
+    assert signal.getsignal(signal.SIGINT) is before

@@ -9,6 +9,7 @@ import difflib
 import os
 import re
 import sys
+from contextlib import contextmanager
 
 # Only light modules here: `python -m fairfl --help` must not wait for torch. Each command imports
 # what it needs.
@@ -109,6 +110,26 @@ def _interrupt_once(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+@contextmanager
+def interrupts_deferred():
+    """Ctrl-C inside the block is held until the block ends, then raised as KeyboardInterrupt. For
+    ``import torch``: its import runs Python code from C++ (pybind11), and a KeyboardInterrupt raised
+    there cannot unwind through it: the process ended with "terminate called after throwing an
+    instance of 'pybind11::error_already_set'" and SIGABRT instead of the one line and status 130
+    (a Ctrl-C in a command's first second, seen once in a fresh-clone test run)."""
+    import signal
+    held = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        if previous is _interrupt_once:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     from fairfl import __version__
     p = _Parser(prog="fairfl", description=DESCRIPTION)
@@ -179,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, _interrupt_once)
     from fairfl.base.errors import FairFLError
     try:
+        with interrupts_deferred():         # every command imports torch: here, where Ctrl-C can wait for it
+            import torch  # noqa: F401
         return args.fn(args)
     except KeyboardInterrupt as e:
         # whenever it came (importing, training, waiting for another process): one line, exit status 130,
