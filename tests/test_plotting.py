@@ -728,18 +728,24 @@ def test_tradeoff_paths_follow_a_knob_label_each_point_and_show_what_diverged(st
 def _bench_heatmap():
     from fairfl.studies import protocol
     table = protocol.summary(_bench_scores(), REFS)
+    # the notebook's labels and clients: its longest row label and its federations' own worst-client columns (with
+    # a one-line "AFL (averaged iterate) (vs FedAvg (averaged iterate))" and the colour bar at the side, neighbouring
+    # cells' numbers ran into each other in notebook 06's figure, 24 pairs)
     return plotting.effect_heatmap(table, BENCH_FEDS, BENCH_METHODS, references=REFS,
-                                   labels={"Ditto": "Ditto (vs FedAvg-FT)"}), table
+                                   labels={"Ditto": "Ditto (vs FedAvg-FT)", "Local-only": "Local-only (vs FedAvg-FT)",
+                                           "AFL (averaged iterate)": "AFL (averaged iterate) (vs FedAvg (averaged iterate))"},
+                                   clients=dict(zip(BENCH_FEDS, (3, 100, 100, 2)))), table
 
 
 def test_effect_heatmap_turns_sigma_stars_resolved_cells_and_leaves_references_blank(style):
     fig, table = _bench_heatmap()
     ax = fig.axes[0]
     rows = [t.get_text() for t in ax.get_yticklabels()]
-    assert "FedAvg" not in rows and "FedAvg-FT" not in rows and "Ditto (vs FedAvg-FT)" in rows
+    assert "FedAvg" not in rows and "FedAvg-FT" not in rows and "Ditto\nvs FedAvg-FT" in rows
+    assert "AFL (averaged iterate)\nvs FedAvg (averaged iterate)" in rows      # the reference on a line of its own
     cells = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
     # the personal track has no row on the 3-client federation (its clients hold one class each)
-    assert (rows.index("Local-only"), 0) not in cells and (rows.index("Local-only"), 3) in cells
+    assert (rows.index("Local-only\nvs FedAvg-FT"), 0) not in cells and (rows.index("Local-only\nvs FedAvg-FT"), 3) in cells
     # σ is better lower: its sign is turned, so a method with a lower σ shows a positive number
     r = table[(table.federation == BENCH_FEDS[1]) & (table.method == "FedMGDA") & (table.metric == "std")].iloc[0]
     text = cells[(rows.index("FedMGDA"), 4)]

@@ -234,7 +234,12 @@ def effect_heatmap(table, federations: Sequence[str], methods: Sequence[str],
     finite = np.abs(value[np.isfinite(value)])
     cap = float(np.percentile(finite, 95)) if finite.size else 1.0
     cap = max(cap, 1.0)
-    fig, ax = plt.subplots(figsize=(TWO_COLUMNS, 0.2 * len(rows) + 1.6), layout="constrained")
+    # a row compared with another reference says so on a second line, and the colour bar goes below: the
+    # cells get the figure's width (a one-line "AFL (averaged iterate) (vs FedAvg (averaged iterate))" and a
+    # bar at the side left 12 columns so little that neighbouring cells' numbers ran into each other)
+    names = [label.replace(" (vs ", "\nvs ")[:-1] if " (vs " in label and label.endswith(")") else label
+             for label in (labels.get(m, m) for m in rows)]
+    fig, ax = plt.subplots(figsize=(TWO_COLUMNS, 0.24 * len(rows) + 2.2), layout="constrained")
     image = ax.imshow(np.clip(value, -cap, cap), cmap="RdBu", vmin=-cap, vmax=cap, aspect="auto")
     for i in range(len(rows)):
         for j in range(len(cols)):
@@ -244,15 +249,16 @@ def effect_heatmap(table, federations: Sequence[str], methods: Sequence[str],
                 ax.text(j, i, text, ha="center", va="center", fontsize=MIN_TEXT_PT,
                         color="white" if abs(v) > 0.6 * cap else "0.1")
     ax.set_xticks(range(len(cols)), [metric_label(k, clients.get(f)) for f, k in cols], rotation=90)
-    ax.set_yticks(range(len(rows)), [labels.get(m, m) for m in rows])
+    ax.set_yticks(range(len(rows)), names)
     for j in range(len(metrics), len(cols), len(metrics)):
         ax.axvline(j - 0.5, color="white", linewidth=2)
     top = ax.secondary_xaxis("top")
-    top.set_xticks([j * len(metrics) + (len(metrics) - 1) / 2 for j in range(len(federations))], list(federations))
+    top.set_xticks([j * len(metrics) + (len(metrics) - 1) / 2 for j in range(len(federations))],
+                   [f.replace(", ", ",\n") for f in federations])
     top.tick_params(length=0, labelsize=MIN_TEXT_PT)
     ax.grid(False)
     _print_text(ax)
-    bar = fig.colorbar(image, ax=ax, shrink=0.8, pad=0.01)
+    bar = fig.colorbar(image, ax=ax, location="bottom", shrink=0.6, pad=0.02, aspect=40)
     bar.set_label("better than the reference (points; σ sign turned)", fontsize=MIN_TEXT_PT)
     bar.ax.tick_params(labelsize=MIN_TEXT_PT)
     return fig
