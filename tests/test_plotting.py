@@ -632,6 +632,26 @@ def _bench_forest():
     return plotting.forest_plot(sub, seeds, "FedAvg", BENCH_METHODS, styles), sub, styles
 
 
+def test_a_forest_of_two_rows_under_the_notebooks_title_keeps_its_rows_apart(style):
+    """Notebook 06's personal track has two rows (Local-only, Ditto) and the notebook titles each forest
+    figure: in 1.44 in of height the two row labels were drawn over each other (its three committed
+    personal forests said so in their stamps)."""
+    from fairfl.studies import protocol
+    scores = _bench_scores()
+    fed, methods = BENCH_FEDS[1], ["FedAvg-FT", "Local-only", "Ditto"]
+    table = protocol.summary(scores, REFS)
+    sub = table[(table.federation == fed) & (table.track == "personal")]
+    g = scores[scores.federation == fed].set_index("seed")
+    seeds = {m: {k: (g[g.method == m][k] - g[g.method == "FedAvg-FT"][k]).dropna().tolist()
+                 for k in ("mean", "std", "worst10")} for m in methods}
+    axes = plotting.forest_plot(sub, seeds, "FedAvg-FT", methods, plotting.method_styles(BENCH_METHODS, labelled=True))
+    fig = axes[0].figure
+    fig.suptitle(f"{fed}, personal models: paired differences over 10 seeds")
+    assert [t.get_text() for t in axes[0].get_yticklabels()] == ["Local-only", "Ditto"]
+    assert not overlapping(fig), overlapping(fig)
+    assert not cut_off(fig), cut_off(fig)
+
+
 def test_forest_plot_stays_in_range_shows_the_seeds_and_marks_only_resolved_differences(style):
     """Per federation: every method's paired difference from the reference with its interval and
     its raw seeds; filled exactly where the BH q-value is ≤ 0.05; x inside the range a difference

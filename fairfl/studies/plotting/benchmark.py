@@ -71,7 +71,7 @@ def forest_plot(table, seeds, reference: str, methods: Sequence[str], styles: Ma
     from ..protocol import LOWER_IS_BETTER, difference_range, metric_label
     shown = [m for m in methods if m != reference and m in set(table.method)]
     if axes is None:
-        _, axes = plt.subplots(1, len(metrics), sharey=True, figsize=(TWO_COLUMNS, 0.22 * len(shown) + 1.0),
+        _, axes = plt.subplots(1, len(metrics), sharey=True, figsize=(TWO_COLUMNS, 0.22 * len(shown) + 1.5),
                                layout="constrained")
     axes = np.atleast_1d(axes)
     y = {m: len(shown) - 1 - i for i, m in enumerate(shown)}
