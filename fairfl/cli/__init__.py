@@ -112,7 +112,8 @@ def _interrupt_once(signum, frame) -> None:
 
 @contextmanager
 def interrupts_deferred():
-    """Ctrl-C inside the block is held until the block ends, then raised as KeyboardInterrupt. For
+    """Ctrl-C inside the block is held until the block ends, then handed to the handler it would have
+    reached (``_interrupt_once``, Python's default: KeyboardInterrupt; an ignored SIGINT stays ignored). For
     ``import torch``: its import runs Python code from C++ (pybind11), and a KeyboardInterrupt raised
     there cannot unwind through it: the process ended with "terminate called after throwing an
     instance of 'pybind11::error_already_set'" and SIGABRT instead of the one line and status 130
@@ -124,10 +125,8 @@ def interrupts_deferred():
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    if held:
-        if previous is _interrupt_once:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        raise KeyboardInterrupt
+    if held and callable(previous):     # what the Ctrl-C would have done (nothing where SIGINT is ignored)
+        previous(signal.SIGINT, None)
 
 
 def main(argv: list[str] | None = None) -> int:
