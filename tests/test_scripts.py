@@ -32,6 +32,8 @@ SMOKE: dict[str, tuple[list[str], str]] = {
     "benchmarks/gpu_check.py": (["{tmp}/gpu", "--smoke", "--device", "cpu"], "gpu_check: 6 of 6 sections ok"),
     # the character LSTM's reference and stacked paths at N = 1 and 2, one step each
     "benchmarks/lstm_speed.py": (["--smoke"], "stacked / reference at N = 2: "),
+    # a short child allocating 200 MiB, its tree's peak PSS read from /proc
+    "benchmarks/memory_trace.py": (["--smoke"], "memory_trace: exit 0 after"),
     "benchmarks/minnorm_speed.py": (["--reps", "1"], "speed-up of the fast solver vs cvxpy at m=100"),  # instant
     # every notebook's smoke sweeps read and counted, nothing trained
     "benchmarks/notebook_sweeps.py": (["--smoke"], "06_one_protocol (smoke): 3 sweep(s), "),
