@@ -495,23 +495,25 @@ def test_averaged_iterate_is_afls_averaged_iterate():
     np.testing.assert_allclose(loop.avg_train_loss, afl.train_loss, rtol=1e-5)
 
 
-def test_a_partition_that_runs_still_hold_is_shared_not_built_again():
+def test_a_partition_that_runs_still_hold_is_shared_not_built_again(monkeypatch):
     """A lockstep group of runs on more partitions than a worker keeps (notebook 06's reporting
     sweep: ten seeds, each its own partition) built a partition again for each of its runs once it
     had left the kept four: one copy of Fashion-MNIST per run, 11 GB per worker. A partition still
-    held by a run is now shared; only four are kept once no run holds them."""
+    held by a run is now shared; once no run holds them, only those within ``KEEP_BYTES`` are kept."""
     import gc
 
     from fairfl.runs import loop
     configs = [ExperimentConfig(dataset="mnist_5k", partition=PartitionSpec("iid", num_clients=4, seed=s))
                for s in range(6)]
+    monkeypatch.setattr(loop, "KEEP_BYTES", 3 * loop._held_bytes(loop.federated_data(configs[0])))
     held = [loop.federated_data(c) for c in configs]            # six partitions, as six runs of a group hold them
-    assert len({id(f) for f in held}) == 6 and len(loop._FEDERATED) <= 4
+    assert len({id(f) for f in held}) == 6 and len(loop._FEDERATED) == 3
     again = [loop.federated_data(c) for c in configs]
-    assert all(a is b for a, b in zip(again, held))              # the first two had left the kept four
+    assert all(a is b for a, b in zip(again, held))              # the first three had left the kept three
     del held, again
     gc.collect()
-    assert len(loop._ALIVE) <= 4                                 # nothing but the kept ones once no run holds them
+    ours = [f for f in loop._ALIVE.values() if any(f.spec == c.partition for c in configs)]
+    assert len(ours) == 3                                        # nothing but the kept ones once no run holds them
 
 
 def _storage_bytes(feds) -> int:

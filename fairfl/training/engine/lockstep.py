@@ -162,6 +162,7 @@ class Lockstep:
         try:
             with self._turns:
                 results = dispatch.execute([job for _, job, _ in batch])
+                cores.trim_free_memory()        # the step's buffers are freed; glibc would keep them (cores)
         except BaseException as e:  # noqa: BLE001 - every run of the batch must wake up, with the error
             results = [e] * len(batch)
         finally:
