@@ -17,7 +17,7 @@ from fairfl.federated.algorithms import register, sample_clients
 from fairfl.federated.algorithms.fedavg import FedAvg
 from fairfl.base.errors import RunFailedError, TrainingDivergedError
 from fairfl.runs.history import CHECKPOINT, History, load_checkpoint
-from fairfl.runs.loop import simulate
+from fairfl.runs.loop import simulate, simulate_group
 from fairfl.federated.messages import Aggregate
 from fairfl.federated.schedules import step_decay
 from fairfl.runs.sweeps import ProcessBackend, SerialBackend, is_cached, run, run_dir, run_many
@@ -614,3 +614,29 @@ def test_the_runs_threads_share_two_allocator_arenas_and_a_sweep_reports_its_pea
         pass
     assert m.peak is not None and m.peak > 10 * 2 ** 20 and tree_rss() > 0
     assert "peak memory 1.5 GiB" in str(SweepUsage(2, 10.0, 15.0, {}, peak_rss=1.5 * 2 ** 30))
+
+
+def test_a_trim_hands_the_free_pages_back_and_a_group_ends_with_one(monkeypatch):
+    """A worker kept the peak of its largest group through every later sweep (notebook 06: 3.7 GB,
+    most of it free pages glibc held): ``trim_free_memory`` hands freed pages back, and a lockstep
+    group calls it after each fused execution and once it has returned."""
+    import psutil
+
+    from fairfl.training.engine import cores
+    if cores._glibc() is None:
+        pytest.skip("glibc only")
+    me = psutil.Process()
+    blocks = [bytearray(64 * 1024) for _ in range(3200)]       # 200 MiB in 64 KiB pieces, below mmap's threshold
+    pin = bytearray(64 * 1024)                                   # noqa: F841 - above them: free() cannot shrink the heap
+    del blocks
+    held = me.memory_info().rss
+    cores.trim_free_memory()
+    assert held - me.memory_info().rss > 100 * 2 ** 20
+
+    calls = []
+    monkeypatch.setattr(cores, "trim_free_memory", lambda: calls.append(1))
+    base = ExperimentConfig(dataset="mnist_5k", partition=PartitionSpec("iid", num_clients=3), rounds=2,
+                            local=LocalTraining(epochs=1, batch_size=50, lr=0.05))
+    results = simulate_group([base.replace(seed=s) for s in (0, 1)], progress=False)
+    assert not [r for r in results if isinstance(r, BaseException)]
+    assert len(calls) >= 3              # two rounds' executions at least, and the group's end
