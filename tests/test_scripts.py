@@ -28,6 +28,8 @@ SMOKE: dict[str, tuple[list[str], str]] = {
     # two spawned workers beside two threads, every copy's updates against one alone
     "benchmarks/core_contention.py": (["--smoke"], "bit-identical to one copy alone: yes"),
     "benchmarks/explore_redraw.py": (["--smoke"], "redraw ("),
+    # a lockstep group of two tiny runs, with and without the allocator trims, in fresh processes
+    "benchmarks/group_memory.py": (["--smoke"], "group_memory: 2 runs of smoke"),
     "benchmarks/gpu_bundle.py": (["--smoke"], "GPU bundle (temporary)"),      # the data part, staged; no wheels
     "benchmarks/gpu_check.py": (["{tmp}/gpu", "--smoke", "--device", "cpu"], "gpu_check: 6 of 6 sections ok"),
     # the character LSTM's reference and stacked paths at N = 1 and 2, one step each
