@@ -88,7 +88,7 @@ def train_fused(jobs: Sequence[Job]) -> list[Trained]:
             # otherwise (exactness.size_is_exact): a run alone would differ from the same run in a group,
             # or from itself where its partners finished first. There the stack is padded with
             # copies of its first instance, which are discarded.
-            chunk = chunk + chunk[:1] * copies
+            rows, chunk = chunk, chunk + chunk[:1] * copies
             m = len(chunk)
             starts = torch.stack([jobs[r.job].starts[r.k] for r in chunk])
             centres = torch.stack([starts[i] if jobs[r.job].prox_centre is None else jobs[r.job].prox_centre
@@ -102,27 +102,30 @@ def train_fused(jobs: Sequence[Job]) -> list[Trained]:
             w, acc, grad0 = sgd_stack(model, names, unflatten(starts, template), unflatten(centres, template),
                                       gather, len(chunk[0].plan), keys, hyper, cfg, flags.sum_gradients,
                                       flags.first_gradient, transposed_is_exact)
-            return w, gather, flatten(w, m), flatten(acc, m) if acc is not None else None, \
-                flatten(grad0, m) if grad0 is not None else None
-
-        costs = [work for _, _, work in stacks]
-        model.train()
-        trained = cores.parallel([functools.partial(train, chunk, copies) for chunk, copies, _ in stacks], costs, width)
-        afters: list = [None] * len(stacks)
-        if first.loss_after:
-            model.eval()
-            afters = cores.parallel([functools.partial(training_losses, model, names, w, gather)
-                                     for w, gather, *_ in trained], costs, width)
-        for (chunk, _, _), (_, _, params, sums, firsts), after in zip(stacks, trained, afters):
-            for i, r in enumerate(chunk):
+            # each instance's result straight into its job's tensors (its own rows: threads never share one):
+            # kept as the stack's tensors until every stack ended, they broke up the freed memory the next
+            # stack's batches would have taken (a group's peak grew with its runs; engine.cores: memory)
+            params, sums = flatten(w, m), flatten(acc, m) if acc is not None else None
+            firsts = flatten(grad0, m) if grad0 is not None else None
+            for i, r in enumerate(rows):
                 out = results[r.job]
                 out.params[r.k] = params[i]
                 if sums is not None:
                     out.grad_sum[r.k] = sums[i]
                 if firsts is not None:
                     out.first_grad[r.k] = firsts[i]
-                if after is not None:
-                    out.loss_after[r.k] = after[i]
+            return (w, gather) if first.loss_after else None
+
+        costs = [work for _, _, work in stacks]
+        model.train()
+        trained = cores.parallel([functools.partial(train, chunk, copies) for chunk, copies, _ in stacks], costs, width)
+        if first.loss_after:
+            model.eval()
+            afters = cores.parallel([functools.partial(training_losses, model, names, w, gather)
+                                     for w, gather in trained], costs, width)
+            for (chunk, _, _), after in zip(stacks, afters):
+                for i, r in enumerate(chunk):
+                    results[r.job].loss_after[r.k] = after[i]
     finally:
         model.train(was_training)
     return results
