@@ -745,6 +745,32 @@ def test_tradeoff_paths_follow_a_knob_label_each_point_and_show_what_diverged(st
     assert not {s["marker"] for s in styles.values()} & {"^", "v", "<", ">"}
 
 
+def test_tradeoff_paths_label_a_cluster_of_configurations_each_readable(style):
+    """Notebook 06's panels hold configurations that scored alike: up to five three-knob tags within
+    a point of each other near a panel's edge printed over each other (17 pairs in its 100-shard
+    figure), and some over the next panel. Points at one place share a label, a tag per line; the
+    others find a free place around their point, tied to it by a line, inside the figure and off
+    the other panels."""
+    import pandas as pd
+    styles = plotting.method_styles(BENCH_METHODS, labelled=True, markers=plotting.NON_VERDICT_MARKERS)
+    rows = []
+    for m in BENCH_METHODS:
+        # a cluster by the right edge, two of its points at one place, and two points apart
+        spots = [(78.4, 14.3), (78.4, 14.3), (77.7, 17.3), (77.6, 19.0), (78.1, 15.1), (60.0, 24.0), (98.0, 9.0)]
+        for o, (mean, std) in enumerate(spots):
+            rows.append(dict(method=m, order=o, along=float(o), tag=f"0.{o + 1}·0.25·0.5", mean=mean, std=std,
+                             diverged=False, chosen={"mean"} if o == 2 else set()))
+    fig = plotting.tradeoff_paths(pd.DataFrame(rows), BENCH_METHODS, styles, title="FMNIST, 100 shards",
+                                  knobs={m: "μ · η · lr×" for m in BENCH_METHODS})
+    assert not overlapping(fig), overlapping(fig)[:5]
+    assert not over_other_panels(fig), over_other_panels(fig)[:5]
+    assert not cut_off(fig), cut_off(fig)[:5]
+    for ax in [ax for ax in fig.axes if ax.axison]:
+        shown = [t.get_text() for t in ax.texts if t.get_text()]
+        assert "0.1·0.25·0.5\n0.2·0.25·0.5" in shown                     # one place, one label
+        assert sorted(line for t in shown for line in t.split("\n")) == [f"0.{o + 1}·0.25·0.5" for o in range(7)]
+
+
 def _bench_heatmap():
     from fairfl.studies import protocol
     table = protocol.summary(_bench_scores(), REFS)

@@ -120,7 +120,7 @@ def forest_plot(table, seeds, reference: str, methods: Sequence[str], styles: Ma
     return axes
 
 
-def tradeoff_paths(grid, methods: Sequence[str], styles: Mapping[str, Mapping[str, Any]], columns: int = 5,
+def tradeoff_paths(grid, methods: Sequence[str], styles: Mapping[str, Mapping[str, Any]], columns: int = 4,
                    title: str = "", x: str = "mean", y: str = "std", knobs: Mapping[str, str] | None = None):
     """Each method's whole tuning grid in the accuracy–fairness plane, one small panel per method
     (shared axes): ``grid`` has one row per (method, configuration) with the columns ``method``,
@@ -180,24 +180,85 @@ def tradeoff_paths(grid, methods: Sequence[str], styles: Mapping[str, Mapping[st
 
 
 def _spread_labels(fig, labels) -> None:
-    """Move each point's label to the first of a few places beside its point where it lies inside its
-    panel and over no label placed before it (two configurations close in the plane would print their
-    values over each other); where none is free it takes the last place tried."""
-    places = [(3, 2), (3, -9), (-3, 2), (-3, -9), (3, 8), (-3, 8), (3, -15), (-3, -15)]
+    """Place each point's label where it is read: inside its panel, over no label placed before it.
+    Points that print at one place (within :data:`_SAME_PLACE` pt: configurations that scored alike)
+    share one label, a tag per line. Each label takes the nearest free place on rings of growing
+    distance around its point, tied to it by a thin line beyond the first ring; where none is free,
+    the place it overlaps least. (Beside the point only, eight places, notebook 06's panels printed
+    up to five tags over each other.)"""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
+    pt = fig.dpi / 72
+    labels = _merge_same_place(labels, _SAME_PLACE * pt)
     placed = [t.get_window_extent(renderer) for ax in fig.axes for t in (*ax.get_xticklabels(), *ax.get_yticklabels(),
                                                                          ax.title) if t.get_visible() and t.get_text()]
+    placed = [(b.x0, b.y0, b.x1, b.y1) for b in placed]
+    panels = [ax.get_window_extent(renderer) for ax in fig.axes if ax.axison]
+    whole = fig.bbox
     for label in labels:
-        for dx, dy in places:
-            label.set_position((dx, dy))
-            label.set_horizontalalignment("left" if dx > 0 else "right")
-            box, panel = label.get_window_extent(renderer), label.axes.get_window_extent(renderer)
-            inside = panel.x0 <= box.x0 and box.x1 <= panel.x1 and panel.y0 <= box.y0 and box.y1 <= panel.y1
-            if inside and not any(min(box.x1, b.x1) - max(box.x0, b.x0) > 0 and min(box.y1, b.y1) - max(box.y0, b.y0) > 0
-                                  for b in placed):
+        label.set_in_layout(False)          # a label placed later must not move the panels
+        px, py = label.axes.transData.transform(label.xy)
+        box = label.get_window_extent(renderer)
+        w, h = box.width, box.height
+        own = label.axes.get_window_extent(renderer)
+        others = [(b.x0, b.y0, b.x1, b.y1) for b in panels if b.bounds != own.bounds]
+        best = None                         # (outside its panel, overlap, ring, dx, dy, box, ha, va)
+        for r in _RINGS:
+            for angle in range(0, 360, 30):
+                dx, dy = r * np.cos(np.radians(angle)), r * np.sin(np.radians(angle))
+                ha = "left" if dx > 0.3 * r else "right" if dx < -0.3 * r else "center"
+                va = "bottom" if dy > 0.3 * r else "top" if dy < -0.3 * r else "center"
+                x0 = px + dx * pt - {"left": 0, "right": w, "center": w / 2}[ha]
+                y0 = py + dy * pt - {"bottom": 0, "top": h, "center": h / 2}[va]
+                cand = (x0, y0, x0 + w, y0 + h)
+                outside = not (own.x0 <= cand[0] and cand[2] <= own.x1 and own.y0 <= cand[1] and cand[3] <= own.y1)
+                # a label may reach into the margin beside its panel, never into another panel or off the figure
+                if outside and (not (whole.x0 <= cand[0] and cand[2] <= whole.x1 and whole.y0 <= cand[1]
+                                     and cand[3] <= whole.y1) or any(_area(cand, b) > 0 for b in others)):
+                    continue
+                key = (outside, sum(_area(cand, b) for b in placed), r)
+                if best is None or key < best[:3]:
+                    best = (*key, dx, dy, cand, ha, va)
+            if best is not None and best[:2] == (False, 0):
                 break
-        placed.append(label.get_window_extent(renderer))
+        if best is None:                    # nowhere: beside the point, as drawn
+            placed.append((box.x0, box.y0, box.x1, box.y1))
+            continue
+        *_, r, dx, dy, cand, ha, va = best
+        label.set_position((dx, dy))
+        label.set_horizontalalignment(ha)
+        label.set_verticalalignment(va)
+        if r > _RINGS[0]:
+            label.axes.annotate("", label.xy, xytext=(dx, dy), textcoords="offset points", annotation_clip=False,
+                                arrowprops=dict(arrowstyle="-", linewidth=0.4, color="0.55", shrinkA=0, shrinkB=1.5))
+        placed.append(cand)
+
+
+def _area(a, b) -> float:
+    """The area two boxes (x0, y0, x1, y1) share."""
+    return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+
+
+_SAME_PLACE = 2.5                        # pt: points closer than this print as one
+_RINGS = (3.5, 9.0, 15.0, 22.0, 30.0, 40.0)     # pt: the distances tried, nearest first
+
+
+def _merge_same_place(labels, near: float) -> list:
+    """One label for the points of a panel that print within ``near`` pixels of each other: the first
+    one's, its text the tags one per line (duplicates once); the others removed."""
+    kept: list = []
+    for label in labels:
+        at = label.axes.transData.transform(label.xy)
+        for other in kept:
+            if other.axes is label.axes and np.hypot(*(other.axes.transData.transform(other.xy) - at)) <= near:
+                lines = other.get_text().split("\n")
+                if label.get_text() not in lines:
+                    other.set_text("\n".join(lines + [label.get_text()]))
+                label.remove()
+                break
+        else:
+            kept.append(label)
+    return kept
 
 
 def effect_heatmap(table, federations: Sequence[str], methods: Sequence[str],
