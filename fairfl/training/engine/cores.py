@@ -226,9 +226,10 @@ def _glibc() -> Any:
 # and a long-lived worker kept the peak of its largest group for good (notebook 06's quick run: 3.7 GB
 # a worker through every later sweep). Handing the free pages back to the kernel after each fused
 # execution (when every run of the group waits) and after each group keeps a worker near its live
-# data: 17 runs of the 3-client MLP (full batch: 17 MB a client) peaked at 1.73 GiB and held 1.73 GiB
-# after the group, 1.48 and 0.92 GiB with the trims (0.86 GiB before the group), in the same time
-# (8.0 against 8.3 s). The pages the next step touches are faulted in again, its cost.
+# data. benchmarks/group_memory.py, 32 runs of notebook 06's 3-client MLP (full batch: 17 MB a
+# client), 0.84 GiB after the data: the group holds 1.30 GiB after it without the trims, 0.91 GiB
+# with them, in the same time (14.4 against 14.3 s, medians of 3). The pages the next step touches
+# are faulted in again, its cost.
 _libc: Any = None
 
 
