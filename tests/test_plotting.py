@@ -762,6 +762,8 @@ def test_tradeoff_paths_label_a_cluster_of_configurations_each_readable(style):
                              diverged=False, chosen={"mean"} if o == 2 else set()))
     fig = plotting.tradeoff_paths(pd.DataFrame(rows), BENCH_METHODS, styles, title="FMNIST, 100 shards",
                                   knobs={m: "μ · η · lr×" for m in BENCH_METHODS})
+    import io
+    fig.savefig(io.BytesIO(), dpi=150)      # drawn again, as saving does: the panels must not move under the labels
     assert not overlapping(fig), overlapping(fig)[:5]
     assert not over_other_panels(fig), over_other_panels(fig)[:5]
     assert not cut_off(fig), cut_off(fig)[:5]

@@ -229,9 +229,13 @@ def _spread_labels(fig, labels) -> None:
         label.set_horizontalalignment(ha)
         label.set_verticalalignment(va)
         if r > _RINGS[0]:
-            label.axes.annotate("", label.xy, xytext=(dx, dy), textcoords="offset points", annotation_clip=False,
-                                arrowprops=dict(arrowstyle="-", linewidth=0.4, color="0.55", shrinkA=0, shrinkB=1.5))
+            tie = label.axes.annotate("", label.xy, xytext=(dx, dy), textcoords="offset points", annotation_clip=False,
+                                      arrowprops=dict(arrowstyle="-", linewidth=0.4, color="0.55", shrinkA=0, shrinkB=1.5))
+            tie.set_in_layout(False)        # nor the lines: the layout drawn again would move the labels' panels
         placed.append(cand)
+    # the panels stay where the labels were placed: drawn again (saving), the layout engine would move them
+    # a little, the points with them, and labels a few points from their neighbours would meet
+    fig.set_layout_engine("none")
 
 
 def _area(a, b) -> float:
