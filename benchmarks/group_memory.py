@@ -17,7 +17,6 @@ import json
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -32,6 +31,7 @@ def child(family: str, runs: int, rounds: int, trims: bool) -> dict:
     from fairfl import ExperimentConfig, LocalTraining, PartitionSpec
     from fairfl.federated.algorithms.fedavg import FedAvg
     from fairfl.runs.loop import federated_data, simulate_group
+    from fairfl.runs.sweeps.usage import MemoryPeak
     from fairfl.training.engine import cores
     if not trims:
         cores.trim_free_memory = lambda: None
@@ -53,22 +53,15 @@ def child(family: str, runs: int, rounds: int, trims: bool) -> dict:
     me = psutil.Process()
     federated_data(configs[0])
     loaded = me.memory_info().rss
-    peak, done = [loaded], threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.05):
-            peak[0] = max(peak[0], me.memory_info().rss)
-    watcher = threading.Thread(target=sample, daemon=True)
-    watcher.start()
     t0 = time.perf_counter()
-    results = simulate_group(configs, progress=False)
+    with MemoryPeak(every=0.05) as peak:          # the sweeps' own sampler (this process has no children)
+        results = simulate_group(configs, progress=False)
     seconds = time.perf_counter() - t0
-    done.set()
-    watcher.join()
     failed = [r for r in results if isinstance(r, BaseException)]
     if failed:
         raise failed[0]
-    return dict(loaded=loaded / MiB, peak=max(peak[0], me.memory_info().rss) / MiB, after=me.memory_info().rss / MiB,
+    after = me.memory_info().rss
+    return dict(loaded=loaded / MiB, peak=max(peak.peak or 0, loaded, after) / MiB, after=after / MiB,
                 seconds=seconds)
 
 

@@ -207,6 +207,9 @@ def limit_malloc_arenas(n: int = MALLOC_ARENAS) -> bool:
     return _arenas_limited
 
 
+_libc: Any = None           # glibc, loaded once (False: not there)
+
+
 def _glibc() -> Any:
     """glibc through ctypes, or None (not Linux, or another C library: macOS, Windows, musl)."""
     global _libc
@@ -230,9 +233,6 @@ def _glibc() -> Any:
 # client), 0.84 GiB after the data: the group holds 1.30 GiB after it without the trims, 0.91 GiB
 # with them, in the same time (14.4 against 14.3 s, medians of 3). The pages the next step touches
 # are faulted in again, its cost.
-_libc: Any = None
-
-
 def trim_free_memory() -> None:
     """Give the free memory of every malloc arena back to the operating system (``malloc_trim``);
     nothing off glibc."""
