@@ -516,6 +516,22 @@ def test_a_partition_that_runs_still_hold_is_shared_not_built_again(monkeypatch)
     assert len(ours) == 3                                        # nothing but the kept ones once no run holds them
 
 
+def test_the_memo_keeps_only_the_last_partition_no_run_holds():
+    """A sweep's groups are each on one partition, so a worker kept partitions that no later group
+    used (notebook 06: 512 MiB in each worker and in the kernel). By default only the last is kept."""
+    import gc
+
+    from fairfl.runs import loop
+    configs = [ExperimentConfig(dataset="mnist_5k", partition=PartitionSpec("iid", num_clients=4, seed=s))
+               for s in (41, 42, 43)]
+    for c in configs:
+        loop.federated_data(c)                                     # each dropped as soon as it is built
+    gc.collect()
+    kept = [f for f in loop._ALIVE.values() if any(f.spec == c.partition for c in configs)]
+    assert [f.spec for f in kept] == [configs[-1].partition]
+    assert loop.federated_data(configs[-1]) is kept[0]             # the last one is not built again
+
+
 def _storage_bytes(feds) -> int:
     """Bytes of the distinct tensor storages the partitions hold (their dataset and their clients')."""
     seen: dict[int, int] = {}

@@ -92,10 +92,14 @@ def memo_device(device: torch.device | str) -> str:
 
 
 # What the memo keeps of partitions no run holds: the most recently used within this many bytes, and
-# the last one whatever its size. Building a partition again costs about half a second (Fashion-MNIST
-# in 100 shards or 50 Dirichlet clients); each one kept costs 180 MiB in every worker and in the
-# notebook's kernel, where four kept were a third of a worker's memory in notebook 06.
-KEEP_BYTES = 2 ** 29
+# the last one whatever its size. Only the last, by default: a sweep deals each partition's runs into
+# groups of their own (runs.sweeps.plan), so a worker's next group is on the same partition or on one
+# it has not built; building one again costs about half a second (Fashion-MNIST in 100 shards or 50
+# Dirichlet clients), against 180 MiB kept per partition in every worker and in the notebook's kernel.
+# Keeping 512 MiB, each worker of notebook 06's reporting sweep grew by 70 MiB a group of the 3-client
+# MLP (one partition each) until it held 512 MiB of partitions no group would use again; keeping the
+# last one, it stays flat (benchmarks/README.md, "group_memory.py and memory_trace.py").
+KEEP_BYTES = 0
 
 
 def _remember(key: tuple[str, str], fed: FederatedData) -> None:
