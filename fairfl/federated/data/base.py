@@ -284,39 +284,53 @@ def fingerprint(name: str, options: Mapping[str, Any], memo: Path | None = None)
     return known.value
 
 
-_CACHE: dict[tuple, tuple[ArrayDataset, dict, dict, dict]] = {}
+_CACHE: dict[tuple, tuple[ArrayDataset, dict, dict]] = {}
+_SELECT_LOCK = threading.RLock()      # the runs of a lockstep group load in threads (a loader may load another)
 
 
 def _load(name: str, kwargs: Mapping[str, Any]) -> tuple[ArrayDataset, dict, dict]:
     """The dataset (memoised per process while the files it was read from are unchanged), the
     stamps of those files, and those of the data root's folders at the load. The folders are
     checked across processes only (the fingerprint's record on disk): within one, other datasets
-    staging their files into the data root would otherwise make every dataset load again."""
+    staging their files into the data root would otherwise make every dataset load again.
+
+    A class selection is memoised on its own, one copy per dataset and selection shared by every
+    partition of it (each had held its own: 66 of a partition's 123 MB in notebook 06); the full
+    dataset it was cut from is kept only if it was asked for itself. Notebook 06 asks for three
+    classes of the per-feature Fashion-MNIST and never for all ten, whose 220 MB every worker and
+    the kernel had kept beside the 66 MB they use."""
     check_dataset_name(name)
     kwargs = {k: v for k, v in kwargs.items() if not (v is None and k in ("root", "download"))}
     classes = kwargs.pop("classes", None)
     root = Path(kwargs.get("root") or data_root())
     key = (name, str(root), tuple(sorted((k, str(v)) for k, v in kwargs.items())))
-    hit = _CACHE.get(key)
-    if hit is None or not _unchanged(hit[1]):
-        with _recording() as files:
-            ds = check_contents(LOADERS[name](**kwargs))
-        hit = _CACHE[key] = (ds, _stamps(files), _folders_stamp(root), {})
-    ds, stamps, folders, selections = hit
+    if classes is None:
+        ds, stamps, folders = _full(name, kwargs, key, remember=True)
+    else:
+        chosen = tuple(int(c) for c in classes)
+        with _SELECT_LOCK:           # one load for a group's threads, not one full copy per thread
+            hit = _CACHE.get(key + (chosen,))
+            if hit is None or not _unchanged(hit[1]):
+                full, stamps, folders = _full(name, kwargs, key, remember=False)
+                hit = _CACHE[key + (chosen,)] = (select_classes(full, chosen), stamps, folders)
+        ds, stamps, folders = hit
     for files in getattr(_RECORDING, "stack", ()):      # a loader that builds on another (MultiMNIST on MNIST)
         files.update(stamps)
-    if classes is None:
-        return ds, stamps, folders
-    # one filtered copy per dataset and class selection, shared by every partition of it (each had held its
-    # own: 66 of a partition's 123 MB in notebook 06), dropped with its dataset when the files change
-    chosen = tuple(int(c) for c in classes)
-    with _SELECT_LOCK:
-        if chosen not in selections:
-            selections[chosen] = select_classes(ds, chosen)
-        return selections[chosen], stamps, folders
+    return ds, stamps, folders
 
 
-_SELECT_LOCK = threading.Lock()       # the runs of a lockstep group load in threads
+def _full(name: str, kwargs: Mapping[str, Any], key: tuple, remember: bool) -> tuple[ArrayDataset, dict, dict]:
+    """The whole dataset: the memoised one while its files are unchanged, else loaded (and
+    memoised if ``remember``; a selection changes when its files do, by its own stamps)."""
+    hit = _CACHE.get(key)
+    if hit is None or not _unchanged(hit[1]):
+        _CACHE.pop(key, None)
+        with _recording() as files:
+            ds = check_contents(LOADERS[name](**kwargs))
+        hit = (ds, _stamps(files), _folders_stamp(Path(kwargs.get("root") or data_root())))
+        if remember:
+            _CACHE[key] = hit
+    return hit
 
 
 def load_dataset(name: str, classes: Sequence[int] | None = None, **kwargs) -> ArrayDataset:
