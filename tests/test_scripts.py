@@ -57,6 +57,8 @@ SMOKE: dict[str, tuple[list[str], str]] = {
     "scripts/fmol_readings.py": (["--smoke", "--out", "{tmp}/readings.csv"], "wrote 2 rows to"),
     "scripts/fmol_table2.py": (["--smoke"], "{tmp}/figures/05_table2_paper_size_T2_K1.png"),
     "scripts/normalise_notebooks.py": (["--check"], "would change: none"),              # instant, writes nothing
+    # the bad API inputs row under a pytest of its own (exit 0: none failed); every row's selections checked
+    "scripts/reliability.py": (["--smoke"], "| bad API inputs (`api`) | "),
 }
 RAY = {"benchmarks/ray_throughput.py"}        # starts Ray: one Ray user at a time among the test workers
 TIMEOUT = 300                                 # seconds; each takes seconds (the Ray one tens of seconds)
