@@ -305,13 +305,13 @@ def _load(name: str, kwargs: Mapping[str, Any]) -> tuple[ArrayDataset, dict, dic
     root = Path(kwargs.get("root") or data_root())
     key = (name, str(root), tuple(sorted((k, str(v)) for k, v in kwargs.items())))
     if classes is None:
-        ds, stamps, folders = _full(name, kwargs, key, remember=True)
+        ds, stamps, folders = _full(name, kwargs, root, key, remember=True)
     else:
         chosen = tuple(int(c) for c in classes)
         with _SELECT_LOCK:           # one load for a group's threads, not one full copy per thread
             hit = _CACHE.get(key + (chosen,))
             if hit is None or not _unchanged(hit[1]):
-                full, stamps, folders = _full(name, kwargs, key, remember=False)
+                full, stamps, folders = _full(name, kwargs, root, key, remember=False)
                 hit = _CACHE[key + (chosen,)] = (select_classes(full, chosen), stamps, folders)
         ds, stamps, folders = hit
     for files in getattr(_RECORDING, "stack", ()):      # a loader that builds on another (MultiMNIST on MNIST)
@@ -319,7 +319,7 @@ def _load(name: str, kwargs: Mapping[str, Any]) -> tuple[ArrayDataset, dict, dic
     return ds, stamps, folders
 
 
-def _full(name: str, kwargs: Mapping[str, Any], key: tuple, remember: bool) -> tuple[ArrayDataset, dict, dict]:
+def _full(name: str, kwargs: Mapping[str, Any], root: Path, key: tuple, remember: bool) -> tuple[ArrayDataset, dict, dict]:
     """The whole dataset: the memoised one while its files are unchanged, else loaded (and
     memoised if ``remember``; a selection changes when its files do, by its own stamps)."""
     hit = _CACHE.get(key)
@@ -327,7 +327,7 @@ def _full(name: str, kwargs: Mapping[str, Any], key: tuple, remember: bool) -> t
         _CACHE.pop(key, None)
         with _recording() as files:
             ds = check_contents(LOADERS[name](**kwargs))
-        hit = (ds, _stamps(files), _folders_stamp(Path(kwargs.get("root") or data_root())))
+        hit = (ds, _stamps(files), _folders_stamp(root))
         if remember:
             _CACHE[key] = hit
     return hit
