@@ -18,7 +18,16 @@ one flipped between an AMD and an Intel machine (DQN-Fed's curvature test on a c
 pair of a few ulps), the rule now decides with a declared margin above the rounding of its inputs
 (``fairfl.federated.algorithms.dqnfed.usable_pair``), and ``tests/test_dqnfed.py`` moves every pair of these
 cases in its last bits and sees no decision flip. A count that moves on other kernels is a defect of
-a rule's margin, to be fixed the same way, never a reason to widen the tolerance."""
+a rule's margin, to be fixed the same way, never a reason to widen the tolerance.
+
+One exception, measured: a changed case may carry a recording per kind of kernels
+(``CHANGED_RECORDINGS``), when its *trajectory* separates on other kernels by more than the
+tolerance presumes. ``fedfv_tau_cnn`` does: 150 SGD steps per client and round over 5 rounds carry
+the last-bit differences of an Intel Xeon's (AMX) kernels to 6·10⁻⁵ of ``cos_to_mean`` in round 2
+and 4.5·10⁻⁴ in round 4 (``fedavg_cnn``, 30 steps over 3 rounds: 2·10⁻⁷), and in round 5 FedFV's
+conflict test meets a cosine of −4.8·10⁻³ there: the paper's rule (gᵢ·gⱼ < 0, Alg. 2) deciding on
+inputs that really differ, not on rounding, so no margin belongs in the rule. That case is held bit
+for bit to the recording of each kind of machine CI runs on, and to the tolerance elsewhere."""
 from __future__ import annotations
 
 import json
@@ -123,7 +132,17 @@ CHANGED = {
     # pair is now skipped everywhere (fairfl.federated.algorithms.dqnfed.ROUNDING_MARGIN)
     "dqnfed_two_epochs_mlp": "DQN-Fed skips a curvature pair that does not stand above rounding",
 }
-CHANGED_RECORDING = json.loads((Path(__file__).parent / "golden" / "histories_changed.json").read_text())
+# One recording per kind of kernels (the module's docstring: why a changed case may need more than
+# one); the first is made on the 2392cdc recording's kernels, and is the reference elsewhere.
+CHANGED_RECORDINGS = json.loads((Path(__file__).parent / "golden" / "histories_changed.json").read_text())["recordings"]
+
+
+def changed_recording(kernels: dict) -> tuple[dict, bool]:
+    """The changed cases' recording for these kernels and True, else the reference one and False."""
+    for recording in CHANGED_RECORDINGS:
+        if recording["kernels"] == kernels:
+            return recording["cases"], True
+    return CHANGED_RECORDINGS[0]["cases"], False
 
 
 def _numbers(x):
@@ -164,13 +183,13 @@ def test_cpu_kernels_are_read_the_same_way_twice():
     assert cpu_kernels() == cpu_kernels()
 
 
-def assert_recorded(name: str, got: dict, want: dict) -> None:
+def assert_recorded(name: str, got: dict, want: dict, same_kernels: bool = SAME_KERNELS) -> None:
     """``got`` is the recording ``want``: the clients drawn exactly; the series and logged scalars
     bit for bit on the recording's kernels, else to :data:`OTHER_KERNELS_RTOL` (the module's
     docstring: what a golden promises across kernels)."""
     for key in EXACT:
         assert got[key] == want[key], key
-    if SAME_KERNELS:
+    if same_kernels:
         for key in SERIES:
             assert json.dumps(got[key]) == json.dumps(want[key]), key     # floats by repr: bit for bit, NaN included
         assert json.dumps(got["info"], sort_keys=True) == json.dumps(want["info"], sort_keys=True)
@@ -181,16 +200,32 @@ def assert_recorded(name: str, got: dict, want: dict) -> None:
 
 
 def test_every_changed_case_has_its_recording_and_reason():
-    assert set(CHANGED_RECORDING["cases"]) == set(CHANGED)
-    assert all(CHANGED_RECORDING["cases"][name]["reason"] == reason for name, reason in CHANGED.items())
-    assert CHANGED_RECORDING["kernels"] == RECORDED_KERNELS     # one kind of machine records both files
+    assert CHANGED_RECORDINGS[0]["kernels"] == RECORDED_KERNELS     # the reference: 2392cdc's kind of machine
+    kinds = [json.dumps(recording["kernels"], sort_keys=True) for recording in CHANGED_RECORDINGS]
+    assert len(set(kinds)) == len(kinds)
+    for recording in CHANGED_RECORDINGS:
+        assert set(recording["cases"]) == set(CHANGED)
+        assert all(recording["cases"][name]["reason"] == reason for name, reason in CHANGED.items())
+
+
+@pytest.mark.parametrize("name", sorted(CHANGED))
+def test_each_kind_of_kernels_records_the_same_change(name):
+    """Every recording of a changed case draws the reference's clients and differs from 2392cdc as
+    much as the reference does: a second recording is the same behaviour on other kernels, not
+    another behaviour."""
+    reference = CHANGED_RECORDINGS[0]["cases"][name]["history"]
+    for recording in CHANGED_RECORDINGS[1:]:
+        history = recording["cases"][name]["history"]
+        assert all(history[key] == reference[key] for key in EXACT)
+        assert max(deviations(history, GOLDEN[name]["history"]).values()) > 3 * OTHER_KERNELS_RTOL
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CHANGED))
 def test_a_deliberately_changed_case_is_its_new_recording_and_differs_from_2392cdc(name):
     got = simulate(CASES[name], progress=False).to_state()
-    assert_recorded(name, got, CHANGED_RECORDING["cases"][name]["history"])
+    recording, same_kernels = changed_recording(cpu_kernels())
+    assert_recorded(name, got, recording[name]["history"], same_kernels)
     want = GOLDEN[name]["history"]
     assert got["sampled"] == want["sampled"]
     # changed, and by more than other kernels may move a case: the tolerance catches a reverted change
